@@ -1,0 +1,82 @@
+"""Build script: the Cython extension, and the optional/strict build switch.
+
+* ``LEASEQUEUE_NO_EXTENSIONS=1``: build no extension at all (the pure wheel).
+* ``LEASEQUEUE_REQUIRE_EXTENSIONS=1`` (or running under cibuildwheel): a
+  failed compile is an error.
+* Otherwise a failed compile (no compiler, no headers) installs the pure-Python
+  twin and prints a loud warning.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+NO_EXTENSIONS = bool(os.environ.get("LEASEQUEUE_NO_EXTENSIONS"))
+REQUIRE_EXTENSIONS = bool(
+    os.environ.get("LEASEQUEUE_REQUIRE_EXTENSIONS") or os.environ.get("CIBUILDWHEEL")
+)
+
+CYTHON_DIRECTIVES = {
+    "language_level": "3",
+    "embedsignature": True,
+    "freethreading_compatible": True,
+}
+
+FALLBACK_WARNING = """
+**********************************************************************
+* WARNING: leasequeue's Cython extension {name} could not be built:
+*     {error}
+* leasequeue will be installed with its pure-Python implementation,
+* which behaves identically but is several times slower.
+* Check with:  python -c "import leasequeue; print(leasequeue.IMPLEMENTATION)"
+* To make this an error, set LEASEQUEUE_REQUIRE_EXTENSIONS=1.
+**********************************************************************
+"""
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that falls back to pure Python, loudly, unless strict."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - any toolchain failure
+            if REQUIRE_EXTENSIONS:
+                raise
+            self._warn("(all)", exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001 - any toolchain failure
+            if REQUIRE_EXTENSIONS:
+                raise
+            self._warn(ext.name, exc)
+
+    @staticmethod
+    def _warn(name: str, exc: BaseException) -> None:
+        sys.stderr.write(FALLBACK_WARNING.format(name=name, error=exc))
+        sys.stderr.flush()
+
+
+def extensions() -> list[Extension]:
+    if NO_EXTENSIONS:
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError as exc:
+        if REQUIRE_EXTENSIONS:
+            raise
+        OptionalBuildExt._warn("leasequeue._inmemory_c", exc)
+        return []
+    exts = [
+        Extension("leasequeue._inmemory_c", ["src/leasequeue/_inmemory_c.pyx"]),
+    ]
+    return cythonize(exts, compiler_directives=CYTHON_DIRECTIVES)
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,21 @@
+"""Exceptions shared by both transport implementations.
+
+Defined once, in pure Python, so ``except leasequeue.LeaseLost`` catches the
+error whichever implementation raised it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LeaseLost", "LeaseQueueError"]
+
+
+class LeaseQueueError(Exception):
+    """Base class of every error specific to leasequeue."""
+
+
+class LeaseLost(LeaseQueueError):
+    """The lease is not current: its message was acked, nacked, re-delivered
+    to another claim, or the lease came from another transport.
+
+    The call that raised it changed nothing.
+    """

@@ -1,0 +1,59 @@
+"""One fixture over both implementations (multidict's pattern).
+
+Every behavioural test takes ``impl`` (the implementation module), or the
+``transport_cls`` / ``transport`` fixtures built on it, so it runs against
+the pure-Python and the Cython transport alike.  When the extension should
+have been built but does not import, the Cython variants *fail*; they are
+skipped only when ``LEASEQUEUE_NO_EXTENSIONS`` asks for a pure-only run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from helpers import FakeClock
+
+IMPLEMENTATIONS = ("python", "cython")
+MODULES = {"python": "leasequeue._inmemory_py", "cython": "leasequeue._inmemory_c"}
+
+
+def load_implementation(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(MODULES[name])
+    except ImportError as exc:
+        if name == "cython" and os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
+            pytest.skip("Cython transport disabled by LEASEQUEUE_NO_EXTENSIONS")
+        pytest.fail(f"the {name} implementation did not import: {exc!r}")
+
+
+@pytest.fixture(scope="session", params=IMPLEMENTATIONS)
+def impl(request: pytest.FixtureRequest) -> ModuleType:
+    """The implementation module: ``leasequeue._inmemory_py`` or ``_inmemory_c``."""
+    return load_implementation(request.param)
+
+
+@pytest.fixture
+def transport_cls(impl: ModuleType) -> Any:
+    return impl.InMemoryTransport
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def transport(transport_cls: Any, clock: FakeClock) -> Iterator[Any]:
+    with transport_cls(clock=clock) as t:
+        yield t
+
+
+@pytest.fixture
+def make_transport(transport_cls: Any) -> Callable[..., Any]:
+    """Factory: ``make_transport(clock=...)`` for tests needing several."""
+    return transport_cls

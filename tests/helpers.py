@@ -1,0 +1,29 @@
+"""Shared test helpers (imported by the tests; not a test module)."""
+
+from __future__ import annotations
+
+import threading
+
+
+class FakeClock:
+    """A manual clock: ``clock()`` returns ``now``; tests move it by hand.
+
+    Thread-safe enough for stress tests: reads and ``advance`` take a lock.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = float(start)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            self.now += seconds
+            return self.now
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self.now = float(value)
