@@ -75,6 +75,7 @@ def extensions() -> list[Extension]:
         return []
     exts = [
         Extension("leasequeue._inmemory_c", ["src/leasequeue/_inmemory_c.pyx"]),
+        Extension("leasequeue._floor", ["src/leasequeue/_floor.pyx"]),
     ]
     return cythonize(exts, compiler_directives=CYTHON_DIRECTIVES)
 
