@@ -1,0 +1,746 @@
+"""Pure-Python ``InMemoryTransport``: the readable twin of the Cython core.
+
+This module is where a reader learns the algorithm; ``_inmemory_c.pyx``
+implements the same structures over C arrays and must behave identically.
+The contract is ``SPEC.md``; ``docs/decisions.md`` pins what it leaves open.
+
+How a claim stays O(log G) (G = groups), whatever the number of messages:
+
+* Each group keeps its messages in a FIFO (a list with a moving head).  Only a
+  group's *head* message can ever be leased or parked (a group is served only
+  when nothing of it is in flight, and then its oldest message is taken), so
+  the lock state -- holder, expiry, attempt count -- lives on the group.
+* A group is *ready* when it holds messages and nothing of it is locked.
+  Ready groups sit in a heap per distinct priority, keyed by their
+  round-robin key: never-claimed groups ``first seq - 2**62`` (so they come
+  first, oldest first), claimed groups the number of the claim that last
+  served them (so the group served longest ago comes first).
+* The priority levels form a treap ordered by priority; every node knows the
+  smallest ready key in its subtree, so "the smallest key among levels with
+  priority >= p" is one walk from the root: O(log L), L <= G levels.
+* Locked groups with a finite expiry sit in a lazy min-heap keyed by expiry;
+  a claim first pops every entry that has expired and makes its group ready
+  again with its old key (its place in the round-robin is kept).  Entries
+  made stale by ack/nack/extend are skipped, and the heap is compacted when
+  stale entries outnumber live ones, so memory stays O(G).
+
+Thread safety: one ``threading.Lock``.  No user code runs under it: the clock
+is read before taking it, ``str`` subclasses are converted to ``str`` before
+it, leases and exceptions are built after releasing it, and the transport's
+reference to an acked event is dropped after releasing it (the event's
+``__del__`` may publish to this very transport).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from heapq import heapify, heappop, heappush
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from ._errors import LeaseLost
+
+__all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
+
+#: The ``worker_id`` reserved for parked messages (the seed's sentinel).
+PARKED = "__parked__"
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+# Never-claimed groups are keyed by ``first seq - _NEVER_CLAIMED`` so every
+# one of them sorts before every claimed group (keyed by claim number >= 1).
+_NEVER_CLAIMED = 2**62
+
+# Lock states of a group's head message.
+_FREE = 0  # not locked (possibly an expired lease whose delivery is still open)
+_LEASED = 1
+_PARKED = 2
+
+_INF = math.inf
+
+
+class TransportStats(NamedTuple):
+    """A snapshot of a transport's counts (``InMemoryTransport.stats()``)."""
+
+    #: Messages held: ready + leased + parked (the same as ``len(transport)``).
+    messages: int
+    #: Groups holding at least one message.
+    groups: int
+    #: Messages under a lease that has not expired.
+    leased: int
+    #: Messages parked by ``nack(delay > 0)`` and not yet due.
+    parked: int
+
+
+_osetattr = object.__setattr__
+
+
+class Lease:
+    """One delivery of one message: the handle for ``ack``/``nack``/``extend``.
+
+    An immutable value.  ``seq``, ``group_id`` and ``event`` are the seed's
+    three fields; ``worker_id``, ``expires_at`` (clock seconds) and
+    ``attempt`` (1 on a message's first delivery, +1 at each later claim)
+    follow.  ``event`` is the very object that was published.
+
+    Leases compare equal when all fields but ``event`` are equal and the
+    events are the same object; the hash ignores the event (it may be
+    unhashable).  A ``Lease`` built by hand is never accepted by a transport:
+    only leases a transport issued are current there.
+    """
+
+    __slots__ = ("seq", "group_id", "event", "worker_id", "expires_at", "attempt", "_owner")
+
+    seq: int
+    group_id: str
+    event: Any
+    worker_id: str
+    expires_at: float
+    attempt: int
+
+    def __init__(
+        self,
+        seq: int,
+        group_id: str,
+        event: Any,
+        worker_id: str,
+        expires_at: float,
+        attempt: int,
+    ) -> None:
+        _osetattr(self, "seq", seq)
+        _osetattr(self, "group_id", group_id)
+        _osetattr(self, "event", event)
+        _osetattr(self, "worker_id", worker_id)
+        _osetattr(self, "expires_at", expires_at)
+        _osetattr(self, "attempt", attempt)
+        _osetattr(self, "_owner", None)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        raise TypeError("Lease cannot be subclassed")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Lease is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Lease is immutable: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Lease):
+            return NotImplemented
+        return (
+            self.seq == other.seq
+            and self.group_id == other.group_id
+            and self.event is other.event
+            and self.worker_id == other.worker_id
+            and self.expires_at == other.expires_at
+            and self.attempt == other.attempt
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.seq, self.group_id, self.worker_id, self.expires_at, self.attempt))
+
+    def __repr__(self) -> str:
+        return (
+            f"Lease(seq={self.seq!r}, group_id={self.group_id!r}, event={self.event!r}, "
+            f"worker_id={self.worker_id!r}, expires_at={self.expires_at!r}, "
+            f"attempt={self.attempt!r})"
+        )
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Lease cannot be pickled or copied: it is only valid in its transport")
+
+    def __copy__(self) -> "Lease":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "Lease":
+        return self
+
+
+def _issue(
+    seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int, owner: object
+) -> Lease:
+    """Build a lease stamped with its transport's owner token."""
+    lease = Lease.__new__(Lease)
+    _osetattr(lease, "seq", seq)
+    _osetattr(lease, "group_id", group_id)
+    _osetattr(lease, "event", event)
+    _osetattr(lease, "worker_id", worker_id)
+    _osetattr(lease, "expires_at", expires_at)
+    _osetattr(lease, "attempt", attempt)
+    _osetattr(lease, "_owner", owner)
+    return lease
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_id(value: Any, name: str) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        # An exact copy: no user __hash__/__eq__ may run under the lock.
+        return str.__getitem__(value, slice(None))
+    raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+
+
+def _check_worker(value: Any) -> str:
+    worker_id = _check_id(value, "worker_id")
+    if worker_id == PARKED:
+        raise ValueError(f"worker_id {PARKED!r} is reserved for parked messages")
+    return worker_id
+
+
+def _check_priority(value: Any, name: str) -> int:
+    if type(value) is not int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        value = int(value)
+    if value < _INT64_MIN or value > _INT64_MAX:
+        raise OverflowError(f"{name} {value} is outside the signed 64-bit range")
+    return value
+
+
+def _check_duration(value: Any, name: str) -> float:
+    if type(value) is float:
+        seconds = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond float range: it never expires either
+            seconds = _INF
+    else:
+        raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
+    if not seconds >= 0.0:  # also catches NaN
+        raise ValueError(f"{name} must be >= 0, not {value!r}")
+    return seconds
+
+
+def _check_lease(lease: Any) -> Lease:
+    if not isinstance(lease, Lease):
+        raise TypeError(f"expected a Lease, not {type(lease).__name__}")
+    return lease
+
+
+def _check_time(value: Any) -> float:
+    if type(value) is not float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"clock() must return an int or float, not {type(value).__name__}")
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"clock() returned {value!r}, which is not finite") from None
+    if value - value != 0.0:  # NaN or an infinity
+        raise ValueError(f"clock() returned {value!r}, which is not finite")
+    return value
+
+
+# ---------------------------------------------------------------- structures
+
+
+class _Group:
+    """One group: its FIFO of messages and the lock state of its head."""
+
+    __slots__ = (
+        "group_id",
+        "messages",  # list of (seq, event); entries before ``head`` are spent
+        "head",
+        "level",
+        "key",  # round-robin key (see module docstring)
+        "ready_key",  # == key while the group sits in its level's heap, else None
+        "last_claimed_at",
+        "attempt",  # deliveries of the head message so far
+        "open",  # the head's latest delivery is still current (not acked/nacked)
+        "lock",  # _FREE / _LEASED / _PARKED
+        "worker_id",
+        "expires_at",
+        "tick",  # id of this group's live expiry-heap entry, 0 if none
+    )
+
+    def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
+        self.group_id = group_id
+        self.messages: List[Optional[Tuple[int, Any]]] = [(seq, event)]
+        self.head = 0
+        self.level = level
+        self.key = seq - _NEVER_CLAIMED
+        self.ready_key: Optional[int] = None
+        self.last_claimed_at = 0.0
+        self.attempt = 0
+        self.open = False
+        self.lock = _FREE
+        self.worker_id: Optional[str] = None
+        self.expires_at = 0.0
+        self.tick = 0
+
+
+class _Level:
+    """A treap node: one distinct priority with the heap of its ready groups.
+
+    ``best`` is the smallest heap entry ``(key, group)`` of the subtree, or
+    None when no group of the subtree is ready.
+    """
+
+    __slots__ = ("priority", "weight", "left", "right", "heap", "best", "groups")
+
+    def __init__(self, priority: int, weight: float) -> None:
+        self.priority = priority
+        self.weight = weight
+        self.left: Optional[_Level] = None
+        self.right: Optional[_Level] = None
+        self.heap: List[Tuple[int, _Group]] = []
+        self.best: Optional[Tuple[int, _Group]] = None
+        self.groups = 0  # groups of this priority (any state)
+
+
+def _pull(node: _Level) -> None:
+    """Recompute ``node.best`` from its own heap top and its children."""
+    heap = node.heap
+    best = heap[0] if heap else None
+    child = node.left
+    if child is not None and child.best is not None and (best is None or child.best[0] < best[0]):
+        best = child.best
+    child = node.right
+    if child is not None and child.best is not None and (best is None or child.best[0] < best[0]):
+        best = child.best
+    node.best = best
+
+
+def _split(node: Optional[_Level], priority: int) -> Tuple[Optional[_Level], Optional[_Level]]:
+    """Split a treap into (< priority, > priority); ``priority`` is absent."""
+    if node is None:
+        return None, None
+    if node.priority < priority:
+        low, high = _split(node.right, priority)
+        node.right = low
+        _pull(node)
+        return node, high
+    low, high = _split(node.left, priority)
+    node.left = high
+    _pull(node)
+    return low, node
+
+
+def _merge(low: Optional[_Level], high: Optional[_Level]) -> Optional[_Level]:
+    """Merge two treaps where every priority of ``low`` < every one of ``high``."""
+    if low is None:
+        return high
+    if high is None:
+        return low
+    if low.weight > high.weight:
+        low.right = _merge(low.right, high)
+        _pull(low)
+        return low
+    high.left = _merge(low, high.left)
+    _pull(high)
+    return high
+
+
+def _insert(node: Optional[_Level], new: _Level) -> _Level:
+    if node is None:
+        return new
+    if new.weight > node.weight:
+        new.left, new.right = _split(node, new.priority)
+        _pull(new)
+        return new
+    if new.priority < node.priority:
+        node.left = _insert(node.left, new)
+    else:
+        node.right = _insert(node.right, new)
+    _pull(node)
+    return node
+
+
+def _delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
+    assert node is not None
+    if node.priority == priority:
+        return _merge(node.left, node.right)
+    if priority < node.priority:
+        node.left = _delete(node.left, priority)
+    else:
+        node.right = _delete(node.right, priority)
+    _pull(node)
+    return node
+
+
+# ---------------------------------------------------------------- transport
+
+
+class InMemoryTransport:
+    """In-process message transport with per-group leases.
+
+    Messages are published into groups (one group = one workflow execution).
+    At most one message per group is leased or parked at a time, a group's
+    messages are delivered in publish order, groups are served round-robin
+    (the group claimed least recently first; never-claimed groups first, in
+    the order of their oldest message), ``min_priority`` skips groups below a
+    priority floor, and an expired lease frees its message for redelivery.
+    Events are held by reference, never copied.
+
+    ``clock`` is a zero-argument callable returning the time in seconds as a
+    float (default ``time.time``); it is read once by ``claim``, ``extend``,
+    ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
+    held.  Every method is atomic and thread-safe.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        if not callable(clock):
+            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._owner = object()  # stamped on every lease this transport issues
+        self._groups: Dict[str, _Group] = {}
+        self._levels: Dict[int, _Level] = {}
+        self._root: Optional[_Level] = None
+        self._rng = random.Random(0x1EA5E)
+        self._expiry: List[Tuple[float, int, _Group]] = []
+        self._live_expiry = 0  # entries of _expiry that are not stale
+        self._tick = 0
+        self._seq = 0
+        self._claims = 0
+        self._messages = 0
+        self._leased = 0  # groups whose lock is _LEASED (expired or not)
+        self._parked = 0  # groups whose lock is _PARKED (expired or not)
+
+    # -------------------------------------------------------------- public
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        """Append ``event`` to group ``group_id``; return its sequence number.
+
+        Sequence numbers are 1, 2, 3, ... and never reused.  ``priority`` is
+        taken when the group is created (its first message, or the first after
+        it was emptied) and ignored otherwise.
+        """
+        group_id = _check_id(group_id, "group_id")
+        priority = _check_priority(priority, "priority")
+        with self._lock:
+            self._seq = seq = self._seq + 1
+            self._messages += 1
+            group = self._groups.get(group_id)
+            if group is not None:
+                group.messages.append((seq, event))
+                return seq
+            level = self._levels.get(priority)
+            if level is None:
+                level = self._levels[priority] = _Level(priority, self._rng.random())
+                self._root = _insert(self._root, level)
+            level.groups += 1
+            group = self._groups[group_id] = _Group(group_id, level, seq, event)
+            self._make_ready(group)
+            return seq
+
+    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[Lease]:
+        """Lease the next message to ``worker_id`` for ``visibility`` seconds.
+
+        First every lease or park whose ``expires_at < now`` expires.  Then,
+        among the groups with priority ``>= min_priority`` that hold a free
+        message and have nothing leased or parked, the one claimed least
+        recently (never-claimed groups first, by their oldest message) has
+        its oldest message leased until ``now + visibility``.  Returns the
+        ``Lease``, or ``None`` when no group is eligible.
+        """
+        worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        min_priority = _check_priority(min_priority, "min_priority")
+        now = _check_time(self._clock())
+        with self._lock:
+            expiry = self._expiry
+            if expiry and expiry[0][0] < now:
+                self._expire(now)
+            root = self._root
+            if root is None:
+                return None
+            if root.left is None and root.right is None:  # one priority level
+                if root.priority < min_priority or not root.heap:
+                    return None
+                group = root.heap[0][1]
+            else:
+                entry = self._find(min_priority)
+                if entry is None:
+                    return None
+                group = entry[1]
+            self._take_top(group.level)
+            self._claims = claims = self._claims + 1
+            group.key = claims
+            group.last_claimed_at = now
+            group.attempt = attempt = group.attempt + 1
+            group.open = True
+            group.lock = _LEASED
+            group.worker_id = worker_id
+            group.expires_at = expires_at = now + visibility
+            self._leased += 1
+            if expires_at != _INF:
+                self._push_expiry(group, expires_at)
+            seq, event = group.messages[group.head]  # type: ignore[misc]
+            group_id = group.group_id
+        return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner)
+
+    def ack(self, lease: Lease) -> None:
+        """Done: remove the leased message; its group may serve its next one.
+
+        A group left without messages is forgotten (priority and round-robin
+        position included).  Raises ``LeaseLost`` if the lease is not current;
+        an expired lease whose message nobody has claimed since is accepted.
+        """
+        _check_lease(lease)
+        with self._lock:
+            group = self._current(lease)
+            if group is None:
+                stale = True
+                spent = None
+            else:
+                stale = False
+                self._unlock(group)
+                group.open = False
+                group.attempt = 0
+                messages = group.messages
+                head = group.head
+                spent = messages[head]  # dropped after the lock is released
+                messages[head] = None
+                head += 1
+                self._messages -= 1
+                if head == len(messages):
+                    self._forget(group)
+                else:
+                    if head >= 32 and head * 2 >= len(messages):
+                        del messages[:head]
+                        head = 0
+                    group.head = head
+                    if group.ready_key is None:
+                        self._make_ready(group)
+        if stale:
+            raise LeaseLost(_lost_message(lease))
+        del spent  # the event's __del__ may run here, outside the lock
+
+    def nack(self, lease: Lease, delay: float = 0.0) -> None:
+        """Give the message back: retry now (``delay == 0``) or park it.
+
+        ``delay == 0`` frees it for immediate redelivery (it is still its
+        group's oldest message, so it comes next for that group, with
+        ``attempt + 1``).  ``delay > 0`` parks it until ``now + delay``: while
+        parked it blocks its whole group.  The group keeps its round-robin
+        position.  Raises ``LeaseLost`` if the lease is not current.
+        """
+        _check_lease(lease)
+        delay = _check_duration(delay, "delay")
+        now = _check_time(self._clock()) if delay > 0.0 else 0.0
+        with self._lock:
+            group = self._current(lease)
+            if group is not None:
+                self._unlock(group)
+                group.open = False
+                if delay == 0.0:
+                    if group.ready_key is None:
+                        self._make_ready(group)
+                else:
+                    if group.ready_key is not None:
+                        self._unready(group)
+                    group.lock = _PARKED
+                    group.worker_id = PARKED
+                    group.expires_at = expires_at = now + delay
+                    self._parked += 1
+                    if expires_at != _INF:
+                        self._push_expiry(group, expires_at)
+        if group is None:
+            raise LeaseLost(_lost_message(lease))
+
+    def extend(self, lease: Lease, visibility: float) -> Lease:
+        """Heartbeat: lease the same message again until ``now + visibility``.
+
+        Returns a new ``Lease`` (same ``seq``, ``attempt`` and ``worker_id``,
+        new ``expires_at``); the old and the new lease name the same
+        delivery.  A lease whose time ran out but whose message nobody has
+        claimed since may be extended: its group is locked again.  Raises
+        ``LeaseLost`` if the lease is not current.
+        """
+        _check_lease(lease)
+        visibility = _check_duration(visibility, "visibility")
+        now = _check_time(self._clock())
+        with self._lock:
+            group = self._current(lease)
+            if group is not None:
+                self._unlock(group)
+                if group.ready_key is not None:
+                    self._unready(group)
+                group.lock = _LEASED
+                group.worker_id = lease.worker_id
+                group.expires_at = expires_at = now + visibility
+                self._leased += 1
+                if expires_at != _INF:
+                    self._push_expiry(group, expires_at)
+        if group is None:
+            raise LeaseLost(_lost_message(lease))
+        return _issue(
+            lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt, self._owner
+        )
+
+    def stats(self) -> TransportStats:
+        """Counts now: messages held, groups, live leases, parked messages.
+
+        Expired leases and parks (``expires_at < now``) count as neither.
+        """
+        now = _check_time(self._clock())
+        with self._lock:
+            expiry = self._expiry
+            if expiry and expiry[0][0] < now:
+                self._expire(now)
+            counts = (self._messages, len(self._groups), self._leased, self._parked)
+        return TransportStats(*counts)
+
+    def __len__(self) -> int:
+        """Messages held: ready + leased + parked."""
+        return self._messages
+
+    def close(self) -> None:
+        """Does nothing (state lives with the process); safe to call twice."""
+
+    def __enter__(self) -> "InMemoryTransport":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__module__}.{type(self).__qualname__} "
+            f"messages={self._messages} groups={len(self._groups)}>"
+        )
+
+    # ------------------------------------------------------------ internals
+    # Everything below runs with self._lock held.
+
+    def _current(self, lease: Lease) -> Optional[_Group]:
+        """The lease's group if the lease is current, else None."""
+        if lease._owner is not self._owner:
+            return None
+        group = self._groups.get(lease.group_id)
+        if (
+            group is None
+            or not group.open
+            or group.attempt != lease.attempt
+            or group.messages[group.head][0] != lease.seq  # type: ignore[index]
+        ):
+            return None
+        return group
+
+    def _make_ready(self, group: _Group) -> None:
+        """Put a free group in its level's heap under its round-robin key."""
+        key = group.ready_key = group.key
+        entry = (key, group)
+        level = group.level
+        heap = level.heap
+        heappush(heap, entry)
+        if heap[0] is entry:
+            # A new minimum for this level: lower ``best`` on the path to it.
+            node = self._root
+            priority = level.priority
+            while node is not None:
+                best = node.best
+                if best is None or key < best[0]:
+                    node.best = entry
+                if priority == node.priority:
+                    break
+                node = node.left if priority < node.priority else node.right
+
+    def _unready(self, group: _Group) -> None:
+        """Take a ready group out of the ready set (lazily: its entry goes stale)."""
+        group.ready_key = None
+        level = group.level
+        heap = level.heap
+        if heap and heap[0][1] is group:
+            self._take_top(level)
+
+    def _take_top(self, level: _Level) -> None:
+        """Pop the level's top entry (and any stale ones) and fix ``best``."""
+        heap = level.heap
+        heappop(heap)[1].ready_key = None
+        while heap:
+            key, group = heap[0]
+            if group.ready_key == key and group.level is level:
+                break
+            heappop(heap)
+        self._repair(level)
+
+    def _repair(self, level: _Level) -> None:
+        """Recompute ``best`` on the path from the root to ``level``."""
+        priority = level.priority
+        node = self._root
+        path = []
+        while node is not level:
+            path.append(node)
+            node = node.left if priority < node.priority else node.right  # type: ignore[union-attr]
+        _pull(level)
+        for node in reversed(path):
+            _pull(node)
+
+    def _find(self, min_priority: int) -> Optional[Tuple[int, _Group]]:
+        """The smallest ready entry among levels with priority >= min_priority."""
+        best = None
+        node = self._root
+        while node is not None:
+            if node.priority >= min_priority:
+                heap = node.heap
+                if heap and (best is None or heap[0][0] < best[0]):
+                    best = heap[0]
+                right = node.right
+                if right is not None:
+                    cand = right.best
+                    if cand is not None and (best is None or cand[0] < best[0]):
+                        best = cand
+                node = node.left
+            else:
+                node = node.right
+        return best
+
+    def _unlock(self, group: _Group) -> None:
+        """Release the group's lock (if any) and stale its expiry entry."""
+        lock = group.lock
+        if lock == _LEASED:
+            self._leased -= 1
+        elif lock == _PARKED:
+            self._parked -= 1
+        group.lock = _FREE
+        group.worker_id = None
+        if group.tick:
+            group.tick = 0
+            self._live_expiry -= 1
+
+    def _push_expiry(self, group: _Group, expires_at: float) -> None:
+        self._tick = tick = self._tick + 1
+        group.tick = tick
+        expiry = self._expiry
+        heappush(expiry, (expires_at, tick, group))
+        self._live_expiry += 1
+        if len(expiry) > 2 * self._live_expiry + 64:
+            # Mostly stale entries (acked/nacked/extended): rebuild, O(live).
+            self._expiry = expiry = [e for e in expiry if e[2].tick == e[1]]
+            heapify(expiry)
+
+    def _expire(self, now: float) -> None:
+        """Free every lock with ``expires_at < now``; their groups become ready."""
+        expiry = self._expiry
+        while expiry and expiry[0][0] < now:
+            _, tick, group = heappop(expiry)
+            if group.tick != tick:
+                continue  # stale: the lock was released or replaced since
+            self._unlock(group)  # the delivery (group.open) stays current
+            self._make_ready(group)
+
+    def _forget(self, group: _Group) -> None:
+        """Drop an emptied group: priority and round-robin position go too."""
+        del self._groups[group.group_id]
+        if group.ready_key is not None:
+            self._unready(group)
+        level = group.level
+        level.groups -= 1
+        if level.groups == 0:
+            del self._levels[level.priority]
+            self._root = _delete(self._root, level.priority)
+        group.messages = []
+
+
+def _lost_message(lease: Lease) -> str:
+    return (
+        f"lease of message {lease.seq} in group {lease.group_id!r} (attempt {lease.attempt}) "
+        "is not current: it was acked, nacked, re-delivered, or issued by another transport"
+    )
