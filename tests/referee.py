@@ -95,12 +95,15 @@ def check_duration(value: Any) -> float:
 
 
 def check_clock_value(value: Any) -> float:
-    """What a clock returned: int or float (not bool), not NaN; inf is fine."""
+    """What a clock returned: int or float (not bool), finite (not NaN/inf)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError("clock() must return a number")
-    now = float(value)
-    if math.isnan(now):
-        raise ValueError("clock() returned NaN")
+    try:
+        now = float(value)
+    except OverflowError:  # an int beyond float range counts as infinite
+        raise ValueError("clock() returned an infinite time") from None
+    if not math.isfinite(now):
+        raise ValueError("clock() returned NaN or an infinite time")
     return now
 
 
@@ -248,3 +251,83 @@ class Referee:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- small tools shared by the tests -----------------------------------------
+
+
+class ScriptedClock:
+    """A manual clock that can also misbehave on demand.
+
+    ``clock()`` returns ``now``; with ``bad`` set it instead raises ``bad``
+    (an exception instance) or returns it (any other value, e.g. NaN or a
+    str).  ``reads`` counts the calls, so tests can check which operations
+    read the clock.
+    """
+
+    _UNSET: Any = object()
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = float(start)
+        self.bad: Any = self._UNSET
+        self.reads = 0
+
+    def __call__(self) -> Any:
+        self.reads += 1
+        if self.bad is not self._UNSET:
+            if isinstance(self.bad, BaseException):
+                raise self.bad
+            return self.bad
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+    def behave(self) -> None:
+        self.bad = self._UNSET
+
+
+def lease_key(lease: Any) -> Any:
+    """A lease as comparable data: every field, the event by identity, and
+    the exact types of the fields (an implementation must not leak a str
+    subclass or an int where a float belongs)."""
+    if lease is None:
+        return None
+    return (
+        lease.seq,
+        lease.group_id,
+        id(lease.event),
+        lease.worker_id,
+        lease.expires_at,
+        lease.attempt,
+        type(lease.seq).__name__,
+        type(lease.group_id).__name__,
+        type(lease.worker_id).__name__,
+        type(lease.expires_at).__name__,
+        type(lease.attempt).__name__,
+    )
+
+
+def fingerprint(transport: Any, clock: Any) -> list[Any]:
+    """Everything observable about a transport, found by using it up.
+
+    ``len``/``stats`` now; every claim that succeeds now (which groups are
+    eligible, in which order, with which attempt); then, far in the future
+    with all those leases acked, the drain order of everything left.
+    Two transports with the same history give the same fingerprint.
+    """
+    out: list[Any] = [len(transport), tuple(transport.stats())]
+    held = []
+    while (lease := transport.claim("probe", math.inf, INT64_MIN)) is not None:
+        out.append(lease_key(lease))
+        held.append(lease)
+    for lease in held:
+        transport.ack(lease)
+    out.append(tuple(transport.stats()))
+    clock.now += 1e9
+    while (lease := transport.claim("drain", 1.0, INT64_MIN)) is not None:
+        out.append(lease_key(lease))
+        transport.ack(lease)
+    out.append((len(transport), tuple(transport.stats())))
+    return out
