@@ -1,0 +1,1278 @@
+# cython: language_level=3, embedsignature=False, annotation_typing=False
+# cython: freethreading_compatible=True
+"""Cython ``InMemoryTransport``: the compiled twin of ``_inmemory_py``.
+
+Same contract (``SPEC.md``, ``docs/decisions.md``), same names, signatures,
+docstrings and error messages as the pure module; the algorithm is explained
+there.  Here the same structures live in C arrays:
+
+* groups: an array of ``Group`` structs (one cache line each: the fields a
+  claim touches together), interned from the group id through a dict
+  ``str -> slot``; freed slots are chained in a free list.  Only a group's
+  head message can be leased or parked, so lock state lives on the group.
+* messages: struct of arrays ``seq`` / ``next`` (a singly linked FIFO per
+  group), events in a ``list`` indexed by the same slot so the garbage
+  collector sees them.
+* ready groups: an indexed binary heap per priority level, keyed by the
+  round-robin key; the levels form a treap whose nodes know the smallest
+  ready key of their subtree (claim with a priority floor is one walk).
+* locked groups with a finite expiry: an indexed min-heap keyed by expiry.
+
+Every capacity a later operation could need (heap slots) is reserved when a
+group is created, so only ``publish`` ever allocates, and it allocates
+before it changes anything: a ``MemoryError`` leaves the transport as it was.
+
+Locking: one ``cython.pymutex``.  No user code runs under it and no object
+the garbage collector tracks is allocated under it (a collection could run
+a finaliser that calls back into this transport): the clock is read and str
+subclasses are converted before it, leases, results and exceptions are
+built after it, and the reference to an acked event is dropped after it.
+"""
+
+cimport cython
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
+from cpython.list cimport PyList_Append
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.object cimport PyObject
+from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t
+
+import time
+
+from ._errors import LeaseLost
+from ._inmemory_py import TransportStats
+
+__all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
+
+#: The ``worker_id`` reserved for parked messages (the seed's sentinel).
+PARKED = "__parked__"
+
+cdef str _PARKED_STR = PARKED
+cdef object _time_time = time.time
+cdef double _INF = float("inf")
+
+
+cdef extern from *:
+    """
+    #if defined(_WIN32)
+    #include <windows.h>
+    static double lq_wall_time(void) {
+        FILETIME ft;
+        ULARGE_INTEGER u;
+        GetSystemTimePreciseAsFileTime(&ft);
+        u.LowPart = ft.dwLowDateTime;
+        u.HighPart = ft.dwHighDateTime;
+        /* 100 ns ticks since 1601-01-01 -> ns since the Unix epoch */
+        return (double)(((long long)u.QuadPart - 116444736000000000LL) * 100LL) / 1e9;
+    }
+    #else
+    #include <time.h>
+    static double lq_wall_time(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (double)((long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec) / 1e9;
+    }
+    #endif
+
+    /* Store v in list[i] (taking a new reference) and hand back the old item
+       (the caller now owns that reference). No allocation, no decref. */
+    static CYTHON_INLINE PyObject *lq_list_swap(PyObject *list, Py_ssize_t i, PyObject *v) {
+        PyObject *old = PyList_GET_ITEM(list, i);
+        Py_INCREF(v);
+        PyList_SET_ITEM(list, i, v);
+        return old;
+    }
+    /* A new reference to list[i]. */
+    static CYTHON_INLINE PyObject *lq_list_get(PyObject *list, Py_ssize_t i) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        Py_INCREF(item);
+        return item;
+    }
+    """
+    double lq_wall_time() noexcept nogil
+    object lq_list_swap(object lst, Py_ssize_t i, object v)
+    object lq_list_get(object lst, Py_ssize_t i)
+
+
+# Lock states of a group's head message.
+cdef enum:
+    _FREE = 0  # not locked (possibly an expired lease whose delivery is still open)
+    _LEASED = 1
+    _PARKED = 2
+
+# Result codes of the locked sections (exceptions are raised after unlock).
+cdef enum:
+    _OK = 0
+    _NOMEM = 2
+    _FULL = 3
+
+# Never-claimed groups are keyed ``first seq - 2**62``: before every claimed
+# group (keyed by claim number >= 1).
+cdef int64_t _NEVER_CLAIMED = (<int64_t>1) << 62
+
+
+ctypedef struct Group:
+    int64_t key          # round-robin key
+    int64_t attempt      # deliveries of the head message so far
+    double expires_at    # end of the lease/park (when lock != _FREE)
+    double claimed_at    # time of the last claim (recorded, as the seed does)
+    int32_t head         # oldest message slot (free list link when unused)
+    int32_t tail         # newest message slot
+    int32_t count        # messages held; 0 = slot unused
+    int32_t level        # priority level (treap node)
+    uint8_t lock         # _FREE / _LEASED / _PARKED
+    uint8_t open         # the head's latest delivery is still current
+
+
+ctypedef struct ReadyEntry:
+    int64_t key
+    int32_t group
+
+
+ctypedef struct ExpiryEntry:
+    double at
+    int32_t group
+
+
+ctypedef struct Level:
+    int64_t priority
+    int64_t best_key     # smallest ready key of the subtree (valid if best >= 0)
+    int64_t groups       # groups of this priority (any state)
+    ReadyEntry *heap     # ready groups of this priority, min-heap on key
+    int32_t size
+    int32_t cap          # >= groups: pushes never allocate
+    int32_t best         # level holding best_key, -1 when none is ready
+    int32_t left         # treap children, -1 for none; free-list link
+    int32_t right
+    uint32_t weight      # treap heap order (max at the root)
+
+
+# ------------------------------------------------------------------ Lease
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class Lease:
+    """One delivery of one message: the handle for ``ack``/``nack``/``extend``.
+
+    An immutable value.  ``seq``, ``group_id`` and ``event`` are the seed's
+    three fields; ``worker_id``, ``expires_at`` (clock seconds) and
+    ``attempt`` (1 on a message's first delivery, +1 at each later claim)
+    follow.  ``event`` is the very object that was published.
+
+    Leases compare equal when all fields but ``event`` are equal and the
+    events are the same object; the hash ignores the event (it may be
+    unhashable).  A ``Lease`` built by hand is never accepted by a transport:
+    only leases a transport issued are current there.
+    """
+
+    cdef readonly object seq
+    cdef readonly object group_id
+    cdef readonly object event
+    cdef readonly object worker_id
+    cdef readonly object expires_at
+    cdef readonly object attempt
+    # Set only on leases a transport issued (``_owner`` is its token).
+    cdef object _owner
+    cdef int64_t _cseq
+    cdef int64_t _cattempt
+    cdef int32_t _slot
+
+    def __init__(
+        self,
+        seq: int,
+        group_id: str,
+        event: Any,
+        worker_id: str,
+        expires_at: float,
+        attempt: int,
+    ) -> None:
+        self.seq = seq
+        self.group_id = group_id
+        self.event = event
+        self.worker_id = worker_id
+        self.expires_at = expires_at
+        self.attempt = attempt
+        self._owner = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Lease is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Lease is immutable: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Lease):
+            return NotImplemented
+        cdef Lease o = <Lease>other
+        return (
+            self.seq == o.seq
+            and self.group_id == o.group_id
+            and self.event is o.event
+            and self.worker_id == o.worker_id
+            and self.expires_at == o.expires_at
+            and self.attempt == o.attempt
+        )
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((self.seq, self.group_id, self.worker_id, self.expires_at, self.attempt))
+
+    def __repr__(self) -> str:
+        return (
+            f"Lease(seq={self.seq!r}, group_id={self.group_id!r}, event={self.event!r}, "
+            f"worker_id={self.worker_id!r}, expires_at={self.expires_at!r}, "
+            f"attempt={self.attempt!r})"
+        )
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Lease cannot be pickled or copied: it is only valid in its transport")
+
+    def __copy__(self) -> "Lease":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "Lease":
+        return self
+
+
+cdef inline Lease _issue(
+    int64_t seq, object group_id, object event, object worker_id,
+    double expires_at, int64_t attempt, object owner, int32_t slot,
+):
+    """Build a lease stamped with its transport's owner token."""
+    cdef Lease lease = Lease.__new__(Lease)
+    lease.seq = seq
+    lease.group_id = group_id
+    lease.event = event
+    lease.worker_id = worker_id
+    lease.expires_at = expires_at
+    lease.attempt = attempt
+    lease._owner = owner
+    lease._cseq = seq
+    lease._cattempt = attempt
+    lease._slot = slot
+    return lease
+
+
+# ------------------------------------------------------------- validation
+
+
+cdef str _check_id(object value, str name):
+    if type(value) is str:
+        return <str>value
+    if isinstance(value, str):
+        # An exact copy: no user __hash__/__eq__ may run under the lock.
+        return str.__getitem__(value, slice(None))
+    raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+
+
+cdef str _check_worker(object value):
+    cdef str worker_id = _check_id(value, "worker_id")
+    if worker_id == _PARKED_STR:
+        raise ValueError(f"worker_id {PARKED!r} is reserved for parked messages")
+    return worker_id
+
+
+cdef int64_t _check_priority(object value, str name) except? -1:
+    cdef int overflow = 0
+    cdef long long result
+    if type(value) is not int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        value = int(value)
+    result = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow:
+        raise OverflowError(f"{name} {value} is outside the signed 64-bit range")
+    return result
+
+
+cdef inline int64_t _priority(object value, str name) except? -1:
+    """``_check_priority`` with a fast path for an exact int in range."""
+    cdef int overflow = 0
+    cdef long long result
+    if type(value) is int:
+        result = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow:
+            return result
+    return _check_priority(value, name)
+
+
+cdef double _check_duration(object value, str name) except? -1.0:
+    cdef double seconds
+    if type(value) is float:
+        seconds = <double>value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond float range: it never expires either
+            seconds = _INF if value > 0 else -_INF
+    else:
+        raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
+    if not seconds >= 0.0:  # also catches NaN
+        raise ValueError(f"{name} must be >= 0, not {value!r}")
+    return seconds
+
+
+cdef inline int _check_lease(object lease) except -1:
+    if type(lease) is not Lease:
+        raise TypeError(f"expected a Lease, not {type(lease).__name__}")
+    return 0
+
+
+cdef double _check_time(object value) except? -1.0:
+    cdef double now
+    if type(value) is not float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"clock() must return an int or float, not {type(value).__name__}")
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"clock() returned {value!r}, which is not finite") from None
+    now = <double>value
+    if now - now != 0.0:  # NaN or an infinity
+        raise ValueError(f"clock() returned {value!r}, which is not finite")
+    return now
+
+
+cdef str _lost_message(Lease lease):
+    return (
+        f"lease of message {lease.seq} in group {lease.group_id!r} (attempt {lease.attempt}) "
+        "is not current: it was acked, nacked, re-delivered, or issued by another transport"
+    )
+
+
+# -------------------------------------------------------------- transport
+
+
+@cython.final
+cdef class InMemoryTransport:
+    """In-process message transport with per-group leases.
+
+    Messages are published into groups (one group = one workflow execution).
+    At most one message per group is leased or parked at a time, a group's
+    messages are delivered in publish order, groups are served round-robin
+    (the group claimed least recently first; never-claimed groups first, in
+    the order of their oldest message), ``min_priority`` skips groups below a
+    priority floor, and an expired lease frees its message for redelivery.
+    Events are held by reference, never copied.
+
+    ``clock`` is a zero-argument callable returning the time in seconds as a
+    float (default ``time.time``); it is read once by ``claim``, ``extend``,
+    ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
+    held.  Every method is atomic and thread-safe.
+    """
+
+    cdef cython.pymutex _lock
+    cdef object _clock
+    cdef bint _wall_clock           # clock is time.time: read it in C
+    cdef object _owner              # stamped on every lease this transport issues
+    cdef dict _groups               # group id (exact str) -> group slot
+    cdef list _group_ids            # group slot -> group id (None when unused)
+    cdef list _events               # message slot -> event (None when unused)
+
+    # messages (struct of arrays), len(_events) >= _m_cap
+    cdef int64_t *_m_seq
+    cdef int32_t *_m_next           # next message of the group, or free-list link
+    cdef int32_t _m_cap
+    cdef int32_t _m_free
+
+    # groups, len(_group_ids) >= _g_cap
+    cdef Group *_g
+    cdef int32_t *_g_rpos           # position in its level's ready heap, -1 if not ready
+    cdef int32_t *_g_xpos           # position in the expiry heap, -1 if absent
+    cdef int32_t _g_cap
+    cdef int32_t _g_free
+    cdef int32_t _g_used
+
+    # priority levels: a treap
+    cdef Level *_lv
+    cdef int32_t _lv_cap
+    cdef int32_t _lv_free
+    cdef int32_t _root
+    cdef uint32_t _rng
+
+    # locked groups with a finite expiry; capacity >= groups in use
+    cdef ExpiryEntry *_x
+    cdef int32_t _x_size
+    cdef int32_t _x_cap
+
+    cdef int64_t _seq
+    cdef int64_t _claims
+    cdef int64_t _messages
+    cdef int64_t _leased            # groups whose lock is _LEASED
+    cdef int64_t _parked            # groups whose lock is _PARKED
+
+    def __cinit__(self, *args, **kwargs):
+        self._m_seq = NULL
+        self._m_next = NULL
+        self._m_cap = 0
+        self._m_free = -1
+        self._g = NULL
+        self._g_rpos = NULL
+        self._g_xpos = NULL
+        self._g_cap = 0
+        self._g_free = -1
+        self._g_used = 0
+        self._lv = NULL
+        self._lv_cap = 0
+        self._lv_free = -1
+        self._root = -1
+        self._rng = 0x1EA5E
+        self._x = NULL
+        self._x_size = 0
+        self._x_cap = 0
+        self._groups = {}
+        self._group_ids = []
+        self._events = []
+        self._owner = object()
+
+    def __dealloc__(self):
+        cdef int32_t i
+        if self._lv != NULL:
+            for i in range(self._lv_cap):
+                PyMem_Free(self._lv[i].heap)
+            PyMem_Free(self._lv)
+            self._lv = NULL
+        PyMem_Free(self._m_seq)
+        PyMem_Free(self._m_next)
+        PyMem_Free(self._g)
+        PyMem_Free(self._g_rpos)
+        PyMem_Free(self._g_xpos)
+        PyMem_Free(self._x)
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        if not callable(clock):
+            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self._clock = clock
+        self._wall_clock = clock is _time_time
+
+    # -------------------------------------------------------------- public
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        """Append ``event`` to group ``group_id``; return its sequence number.
+
+        Sequence numbers are 1, 2, 3, ... and never reused.  ``priority`` is
+        taken when the group is created (its first message, or the first after
+        it was emptied) and ignored otherwise.
+        """
+        cdef str gid
+        cdef int64_t prio
+        cdef int64_t seq = 0
+        cdef int rc
+        cdef PyObject *found
+        cdef int32_t slot, m
+        cdef Group *g
+        if type(group_id) is str:
+            gid = <str>group_id
+        else:
+            gid = _check_id(group_id, "group_id")
+        prio = _priority(priority, "priority")
+        self._lock.acquire()
+        try:
+            found = PyDict_GetItem(self._groups, gid)
+            if found != NULL and self._m_free >= 0:
+                # Fast path: an existing group, a free message slot.
+                slot = <int32_t>(<object>found)
+                m = self._m_free
+                self._m_free = self._m_next[m]
+                self._seq = seq = self._seq + 1
+                self._m_seq[m] = seq
+                self._m_next[m] = -1
+                lq_list_swap(self._events, m, event)
+                g = &self._g[slot]
+                self._m_next[g.tail] = m
+                g.tail = m
+                g.count += 1
+                self._messages += 1
+                rc = _OK
+            else:
+                rc = self._publish_slow(gid, event, prio, found, &seq)
+        finally:
+            self._lock.release()
+        if rc != _OK:
+            if rc == _FULL:
+                raise OverflowError("the transport is full: too many messages or groups")
+            raise MemoryError()
+        return seq
+
+    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[Lease]:
+        """Lease the next message to ``worker_id`` for ``visibility`` seconds.
+
+        First every lease or park whose ``expires_at < now`` expires.  Then,
+        among the groups with priority ``>= min_priority`` that hold a free
+        message and have nothing leased or parked, the one claimed least
+        recently (never-claimed groups first, by their oldest message) has
+        its oldest message leased until ``now + visibility``.  Returns the
+        ``Lease``, or ``None`` when no group is eligible.
+        """
+        cdef str wid
+        cdef double vis, now, expires_at = 0.0
+        cdef int64_t minp
+        cdef int32_t lv, slot = -1, head
+        cdef int64_t seq = 0, attempt = 0
+        cdef Group *g
+        cdef Level *level
+        cdef object gid, event
+        if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
+            wid = <str>worker_id
+        else:
+            wid = _check_worker(worker_id)
+        if type(visibility) is float and <double>visibility >= 0.0:
+            vis = <double>visibility
+        else:
+            vis = _check_duration(visibility, "visibility")
+        minp = _priority(min_priority, "min_priority")
+        now = self._now()
+        self._lock.acquire()
+        try:
+            if self._x_size and self._x[0].at < now:
+                self._expire(now)
+            lv = self._root
+            if lv >= 0:
+                level = &self._lv[lv]
+                if level.left < 0 and level.right < 0:
+                    # One priority level: its heap top is the answer.
+                    if level.size == 0 or level.priority < minp:
+                        lv = -1
+                else:
+                    lv = self._find(minp)
+            if lv >= 0:
+                slot = self._lv[lv].heap[0].group
+                self._ready_remove(lv, 0)
+                self._repair(self._root, self._lv[lv].priority)
+                g = &self._g[slot]
+                self._claims += 1
+                g.key = self._claims
+                g.claimed_at = now
+                g.attempt += 1
+                attempt = g.attempt
+                g.open = 1
+                g.lock = _LEASED
+                expires_at = now + vis
+                g.expires_at = expires_at
+                self._leased += 1
+                if expires_at != _INF:
+                    self._expiry_push(slot, expires_at)
+                head = g.head
+                seq = self._m_seq[head]
+                event = lq_list_get(self._events, head)
+                gid = lq_list_get(self._group_ids, slot)
+        finally:
+            self._lock.release()
+        if slot < 0:
+            return None
+        return _issue(seq, gid, event, wid, expires_at, attempt, self._owner, slot)
+
+    def ack(self, lease: Lease) -> None:
+        """Done: remove the leased message; its group may serve its next one.
+
+        A group left without messages is forgotten (priority and round-robin
+        position included).  Raises ``LeaseLost`` if the lease is not current;
+        an expired lease whose message nobody has claimed since is accepted.
+        """
+        cdef int32_t slot, m
+        cdef Group *g
+        cdef object spent = None      # dropped after the lock is released
+        cdef object spent_id = None
+        _check_lease(lease)
+        self._lock.acquire()
+        try:
+            slot = self._current(<Lease>lease)
+            if slot >= 0:
+                g = &self._g[slot]
+                if g.lock != _FREE:
+                    self._unlock(slot)
+                g.open = 0
+                g.attempt = 0
+                m = g.head
+                spent = lq_list_swap(self._events, m, None)
+                g.head = self._m_next[m]
+                self._m_next[m] = self._m_free
+                self._m_free = m
+                g.count -= 1
+                self._messages -= 1
+                if g.count == 0:
+                    spent_id = self._forget(slot)
+                elif self._g_rpos[slot] < 0:
+                    self._make_ready(slot)
+        finally:
+            self._lock.release()
+        if slot < 0:
+            raise LeaseLost(_lost_message(<Lease>lease))
+
+    def nack(self, lease: Lease, delay: float = 0.0) -> None:
+        """Give the message back: retry now (``delay == 0``) or park it.
+
+        ``delay == 0`` frees it for immediate redelivery (it is still its
+        group's oldest message, so it comes next for that group, with
+        ``attempt + 1``).  ``delay > 0`` parks it until ``now + delay``: while
+        parked it blocks its whole group.  The group keeps its round-robin
+        position.  Raises ``LeaseLost`` if the lease is not current.
+        """
+        cdef double d, now = 0.0, expires_at
+        cdef int32_t slot
+        cdef Group *g
+        _check_lease(lease)
+        d = _check_duration(delay, "delay")
+        if d > 0.0:
+            now = self._now()
+        self._lock.acquire()
+        try:
+            slot = self._current(<Lease>lease)
+            if slot >= 0:
+                g = &self._g[slot]
+                if g.lock != _FREE:
+                    self._unlock(slot)
+                g.open = 0
+                if d == 0.0:
+                    if self._g_rpos[slot] < 0:
+                        self._make_ready(slot)
+                else:
+                    if self._g_rpos[slot] >= 0:
+                        self._unready(slot)
+                    g.lock = _PARKED
+                    expires_at = now + d
+                    g.expires_at = expires_at
+                    self._parked += 1
+                    if expires_at != _INF:
+                        self._expiry_push(slot, expires_at)
+        finally:
+            self._lock.release()
+        if slot < 0:
+            raise LeaseLost(_lost_message(<Lease>lease))
+
+    def extend(self, lease: Lease, visibility: float) -> Lease:
+        """Heartbeat: lease the same message again until ``now + visibility``.
+
+        Returns a new ``Lease`` (same ``seq``, ``attempt`` and ``worker_id``,
+        new ``expires_at``); the old and the new lease name the same
+        delivery.  A lease whose time ran out but whose message nobody has
+        claimed since may be extended: its group is locked again.  Raises
+        ``LeaseLost`` if the lease is not current.
+        """
+        cdef double vis, now, expires_at = 0.0
+        cdef int32_t slot
+        cdef Group *g
+        cdef Lease old
+        _check_lease(lease)
+        old = <Lease>lease
+        vis = _check_duration(visibility, "visibility")
+        now = self._now()
+        self._lock.acquire()
+        try:
+            slot = self._current(old)
+            if slot >= 0:
+                g = &self._g[slot]
+                if g.lock != _FREE:
+                    self._unlock(slot)
+                if self._g_rpos[slot] >= 0:
+                    self._unready(slot)
+                g.lock = _LEASED
+                expires_at = now + vis
+                g.expires_at = expires_at
+                self._leased += 1
+                if expires_at != _INF:
+                    self._expiry_push(slot, expires_at)
+        finally:
+            self._lock.release()
+        if slot < 0:
+            raise LeaseLost(_lost_message(old))
+        return _issue(
+            old._cseq, old.group_id, old.event, old.worker_id, expires_at,
+            old._cattempt, self._owner, slot,
+        )
+
+    def stats(self) -> TransportStats:
+        """Counts now: messages held, groups, live leases, parked messages.
+
+        Expired leases and parks (``expires_at < now``) count as neither.
+        """
+        cdef double now = self._now()
+        cdef int64_t messages, groups, leased, parked
+        self._lock.acquire()
+        try:
+            if self._x_size and self._x[0].at < now:
+                self._expire(now)
+            messages = self._messages
+            groups = self._g_used
+            leased = self._leased
+            parked = self._parked
+        finally:
+            self._lock.release()
+        return TransportStats(messages, groups, leased, parked)
+
+    def __len__(self) -> int:
+        """Messages held: ready + leased + parked."""
+        cdef int64_t n
+        self._lock.acquire()
+        n = self._messages
+        self._lock.release()
+        return n
+
+    def close(self) -> None:
+        """Does nothing (state lives with the process); safe to call twice."""
+
+    def __enter__(self) -> "InMemoryTransport":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__module__}.{type(self).__qualname__} "
+            f"messages={self._messages} groups={self._g_used}>"
+        )
+
+    # ------------------------------------------------------------ internals
+
+    cdef inline double _now(self) except? -1.0:
+        """``clock()``, checked; called before the lock is taken."""
+        if self._wall_clock:
+            return lq_wall_time()
+        value = self._clock()
+        if type(value) is float and <double>value - <double>value == 0.0:
+            return <double>value
+        return _check_time(value)
+
+    # Everything below runs with self._lock held.
+
+    cdef inline int32_t _current(self, Lease lease) noexcept:
+        """The lease's group slot if the lease is current, else -1."""
+        cdef int32_t slot = lease._slot
+        cdef Group *g
+        if lease._owner is not self._owner:
+            return -1
+        if slot < 0 or slot >= self._g_cap:
+            return -1
+        g = &self._g[slot]
+        if (
+            g.count == 0
+            or not g.open
+            or g.attempt != lease._cattempt
+            or self._m_seq[g.head] != lease._cseq
+        ):
+            return -1
+        return slot
+
+    cdef int _publish_slow(
+        self, str gid, object event, int64_t prio, PyObject *found, int64_t *seq_out,
+    ) except -1:
+        """publish() when a group or a message slot must be created.
+
+        Every allocation comes first; once the dict holds the new group
+        nothing can fail.  Returns a result code (_OK, _NOMEM, _FULL).
+        """
+        cdef int32_t slot, m, lv = -1, node
+        cdef Group *g
+        cdef Level *level
+        cdef int rc
+        cdef object slot_obj
+        if self._m_free < 0:
+            rc = self._grow_messages()
+            if rc != _OK:
+                return rc
+        if found == NULL:
+            if self._g_free < 0:
+                rc = self._grow_groups()
+                if rc != _OK:
+                    return rc
+            lv = self._find_level(prio)
+            if lv < 0:
+                if self._lv_free < 0:
+                    rc = self._grow_levels()
+                    if rc != _OK:
+                        return rc
+                node = self._lv_free
+            else:
+                node = lv
+            rc = self._reserve_ready(node, self._lv[node].groups + 1 if lv >= 0 else 1)
+            if rc != _OK:
+                return rc
+            rc = self._reserve_expiry(self._g_used + 1)
+            if rc != _OK:
+                return rc
+            slot = self._g_free
+            slot_obj = slot
+            if PyDict_SetItem(self._groups, gid, slot_obj) < 0:
+                return _NOMEM  # (PyDict_SetItem raises; see except -1)
+            # --- commit: nothing below can fail
+            self._g_free = self._g[slot].head
+            self._g_used += 1
+            lq_list_swap(self._group_ids, slot, gid)
+            if lv < 0:
+                lv = node
+                self._lv_free = self._lv[node].left
+                level = &self._lv[node]
+                level.priority = prio
+                level.groups = 0
+                level.size = 0
+                level.best = -1
+                level.best_key = INT64_MAX
+                level.left = -1
+                level.right = -1
+                level.weight = self._next_weight()
+                self._root = self._treap_insert(self._root, node)
+            self._lv[lv].groups += 1
+        else:
+            slot = <int32_t>(<object>found)
+        m = self._m_free
+        self._m_free = self._m_next[m]
+        self._seq += 1
+        seq_out[0] = self._seq
+        self._m_seq[m] = self._seq
+        self._m_next[m] = -1
+        lq_list_swap(self._events, m, event)
+        self._messages += 1
+        g = &self._g[slot]
+        if found != NULL:
+            self._m_next[g.tail] = m
+            g.tail = m
+            g.count += 1
+        else:
+            g.key = self._seq - _NEVER_CLAIMED
+            g.attempt = 0
+            g.expires_at = 0.0
+            g.claimed_at = 0.0
+            g.head = m
+            g.tail = m
+            g.count = 1
+            g.level = lv
+            g.lock = _FREE
+            g.open = 0
+            self._g_rpos[slot] = -1
+            self._g_xpos[slot] = -1
+            self._make_ready(slot)
+        return _OK
+
+    cdef int _grow_messages(self) except -1:
+        cdef int64_t new_cap = <int64_t>self._m_cap + self._m_cap // 4 + 64
+        cdef int32_t i
+        cdef void *p
+        if self._m_cap >= INT32_MAX - 1:
+            return _FULL
+        if new_cap > INT32_MAX - 1:
+            new_cap = INT32_MAX - 1
+        while len(self._events) < new_cap:
+            PyList_Append(self._events, None)
+        p = PyMem_Realloc(self._m_seq, <size_t>new_cap * sizeof(int64_t))
+        if p == NULL:
+            return _NOMEM
+        self._m_seq = <int64_t *>p
+        p = PyMem_Realloc(self._m_next, <size_t>new_cap * sizeof(int32_t))
+        if p == NULL:
+            return _NOMEM
+        self._m_next = <int32_t *>p
+        for i in range(<int32_t>new_cap - 1, self._m_cap - 1, -1):
+            self._m_next[i] = self._m_free
+            self._m_free = i
+        self._m_cap = <int32_t>new_cap
+        return _OK
+
+    cdef int _grow_groups(self) except -1:
+        cdef int64_t new_cap = <int64_t>self._g_cap + self._g_cap // 4 + 16
+        cdef int32_t i
+        cdef void *p
+        if self._g_cap >= INT32_MAX - 1:
+            return _FULL
+        if new_cap > INT32_MAX - 1:
+            new_cap = INT32_MAX - 1
+        while len(self._group_ids) < new_cap:
+            PyList_Append(self._group_ids, None)
+        p = PyMem_Realloc(self._g, <size_t>new_cap * sizeof(Group))
+        if p == NULL:
+            return _NOMEM
+        self._g = <Group *>p
+        p = PyMem_Realloc(self._g_rpos, <size_t>new_cap * sizeof(int32_t))
+        if p == NULL:
+            return _NOMEM
+        self._g_rpos = <int32_t *>p
+        p = PyMem_Realloc(self._g_xpos, <size_t>new_cap * sizeof(int32_t))
+        if p == NULL:
+            return _NOMEM
+        self._g_xpos = <int32_t *>p
+        for i in range(<int32_t>new_cap - 1, self._g_cap - 1, -1):
+            self._g[i].count = 0
+            self._g[i].head = self._g_free
+            self._g_rpos[i] = -1
+            self._g_xpos[i] = -1
+            self._g_free = i
+        self._g_cap = <int32_t>new_cap
+        return _OK
+
+    cdef int _grow_levels(self) noexcept:
+        cdef int64_t new_cap = <int64_t>self._lv_cap * 2 + 4
+        cdef int32_t i
+        cdef void *p
+        if new_cap > INT32_MAX - 1:
+            if self._lv_cap >= INT32_MAX - 1:
+                return _FULL
+            new_cap = INT32_MAX - 1
+        p = PyMem_Realloc(self._lv, <size_t>new_cap * sizeof(Level))
+        if p == NULL:
+            return _NOMEM
+        self._lv = <Level *>p
+        for i in range(<int32_t>new_cap - 1, self._lv_cap - 1, -1):
+            self._lv[i].heap = NULL
+            self._lv[i].size = 0
+            self._lv[i].cap = 0
+            self._lv[i].groups = 0
+            self._lv[i].left = self._lv_free
+            self._lv_free = i
+        self._lv_cap = <int32_t>new_cap
+        return _OK
+
+    cdef int _reserve_ready(self, int32_t lv, int64_t need) noexcept:
+        cdef Level *level = &self._lv[lv]
+        cdef int64_t new_cap
+        cdef void *p
+        if need <= level.cap:
+            return _OK
+        new_cap = need + need // 4 + 4
+        if new_cap > INT32_MAX - 1:
+            new_cap = INT32_MAX - 1
+        p = PyMem_Realloc(level.heap, <size_t>new_cap * sizeof(ReadyEntry))
+        if p == NULL:
+            return _NOMEM
+        level.heap = <ReadyEntry *>p
+        level.cap = <int32_t>new_cap
+        return _OK
+
+    cdef int _reserve_expiry(self, int64_t need) noexcept:
+        cdef int64_t new_cap
+        cdef void *p
+        if need <= self._x_cap:
+            return _OK
+        new_cap = need + need // 4 + 4
+        if new_cap > INT32_MAX - 1:
+            new_cap = INT32_MAX - 1
+        p = PyMem_Realloc(self._x, <size_t>new_cap * sizeof(ExpiryEntry))
+        if p == NULL:
+            return _NOMEM
+        self._x = <ExpiryEntry *>p
+        self._x_cap = <int32_t>new_cap
+        return _OK
+
+    cdef object _forget(self, int32_t slot):
+        """Drop an emptied group; returns its id (released after unlock)."""
+        cdef Group *g = &self._g[slot]
+        cdef int32_t lv = g.level
+        cdef object gid
+        if self._g_rpos[slot] >= 0:
+            self._unready(slot)
+        gid = lq_list_swap(self._group_ids, slot, None)
+        # Exact str key: no user code; cannot fail for a key that is present.
+        PyDict_DelItem(self._groups, gid)
+        g.head = self._g_free
+        self._g_free = slot
+        self._g_used -= 1
+        self._lv[lv].groups -= 1
+        if self._lv[lv].groups == 0:
+            self._root = self._treap_delete(self._root, self._lv[lv].priority)
+            PyMem_Free(self._lv[lv].heap)
+            self._lv[lv].heap = NULL
+            self._lv[lv].cap = 0
+            self._lv[lv].size = 0
+            self._lv[lv].left = self._lv_free
+            self._lv_free = lv
+        return gid
+
+    cdef inline void _unlock(self, int32_t slot) noexcept:
+        """Release the group's lock and drop its expiry entry."""
+        cdef Group *g = &self._g[slot]
+        cdef int32_t pos
+        if g.lock == _LEASED:
+            self._leased -= 1
+        elif g.lock == _PARKED:
+            self._parked -= 1
+        g.lock = _FREE
+        pos = self._g_xpos[slot]
+        if pos >= 0:
+            self._expiry_remove(pos)
+
+    cdef void _expire(self, double now) noexcept:
+        """Free every lock with ``expires_at < now``; their groups become ready."""
+        cdef int32_t slot
+        while self._x_size and self._x[0].at < now:
+            slot = self._x[0].group
+            self._unlock(slot)  # the delivery (open) stays current
+            self._make_ready(slot)
+
+    # -- ready heaps (one per level) and the treap of levels
+
+    cdef void _make_ready(self, int32_t slot) noexcept:
+        """Put a free group in its level's heap under its round-robin key."""
+        cdef Group *g = &self._g[slot]
+        cdef int32_t lv = g.level
+        cdef Level *level = &self._lv[lv]
+        cdef int64_t key = g.key
+        cdef int32_t pos = level.size
+        cdef int32_t node
+        cdef int64_t prio
+        level.size += 1
+        pos = self._ready_sift_up(level.heap, pos, key, slot)
+        if pos == 0:
+            # A new minimum for this level: lower ``best`` on the path to it.
+            prio = level.priority
+            node = self._root
+            while True:
+                if self._lv[node].best < 0 or key < self._lv[node].best_key:
+                    self._lv[node].best = lv
+                    self._lv[node].best_key = key
+                if self._lv[node].priority == prio:
+                    break
+                if prio < self._lv[node].priority:
+                    node = self._lv[node].left
+                else:
+                    node = self._lv[node].right
+
+    cdef void _unready(self, int32_t slot) noexcept:
+        """Take a ready group out of its level's heap."""
+        cdef int32_t lv = self._g[slot].level
+        cdef int32_t pos = self._g_rpos[slot]
+        self._ready_remove(lv, pos)
+        if pos == 0:
+            self._repair(self._root, self._lv[lv].priority)
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef inline int32_t _ready_sift_up(
+        self, ReadyEntry *heap, int32_t pos, int64_t key, int32_t slot,
+    ) noexcept:
+        """Place (key, slot) in the hole at ``pos`` moving it up; its final position."""
+        cdef int32_t parent
+        cdef int32_t *rpos = self._g_rpos
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            if heap[parent].key <= key:
+                break
+            heap[pos] = heap[parent]
+            rpos[heap[pos].group] = pos
+            pos = parent
+        heap[pos].key = key
+        heap[pos].group = slot
+        rpos[slot] = pos
+        return pos
+
+    cdef void _ready_remove(self, int32_t lv, int32_t pos) noexcept:
+        """Remove the entry at ``pos`` of level ``lv``'s heap."""
+        cdef Level *level = &self._lv[lv]
+        cdef ReadyEntry *heap = level.heap
+        cdef int32_t *rpos = self._g_rpos
+        cdef int32_t n, child, end
+        cdef ReadyEntry last
+        rpos[heap[pos].group] = -1
+        level.size -= 1
+        end = level.size
+        if pos == end:
+            return
+        last = heap[end]
+        if pos > 0 and heap[(pos - 1) >> 1].key > last.key:
+            self._ready_sift_up(heap, pos, last.key, last.group)
+            return
+        # Sift the hole down to a leaf along the smaller children, then up
+        # (heapq's strategy: fewer comparisons, ``last`` is usually large).
+        n = pos
+        child = 2 * n + 1
+        while child < end:
+            if child + 1 < end and heap[child + 1].key < heap[child].key:
+                child += 1
+            heap[n] = heap[child]
+            rpos[heap[n].group] = n
+            n = child
+            child = 2 * n + 1
+        self._ready_sift_up_bounded(heap, n, pos, last.key, last.group)
+
+    cdef inline void _ready_sift_up_bounded(
+        self, ReadyEntry *heap, int32_t pos, int32_t top, int64_t key, int32_t slot,
+    ) noexcept:
+        cdef int32_t parent
+        cdef int32_t *rpos = self._g_rpos
+        while pos > top:
+            parent = (pos - 1) >> 1
+            if heap[parent].key <= key:
+                break
+            heap[pos] = heap[parent]
+            rpos[heap[pos].group] = pos
+            pos = parent
+        heap[pos].key = key
+        heap[pos].group = slot
+        rpos[slot] = pos
+
+    cdef inline void _pull(self, int32_t n) noexcept:
+        """Recompute ``best`` of node ``n`` from its heap top and its children."""
+        cdef Level *lv = self._lv
+        cdef Level *node = &lv[n]
+        cdef int32_t best = -1, c
+        cdef int64_t key = INT64_MAX
+        if node.size:
+            best = n
+            key = node.heap[0].key
+        c = node.left
+        if c >= 0 and lv[c].best >= 0 and (best < 0 or lv[c].best_key < key):
+            best = lv[c].best
+            key = lv[c].best_key
+        c = node.right
+        if c >= 0 and lv[c].best >= 0 and (best < 0 or lv[c].best_key < key):
+            best = lv[c].best
+            key = lv[c].best_key
+        node.best = best
+        node.best_key = key
+
+    cdef void _repair(self, int32_t node, int64_t prio) noexcept:
+        """Recompute ``best`` on the path from ``node`` down to level ``prio``."""
+        cdef Level *n = &self._lv[node]
+        if n.priority != prio:
+            self._repair(n.left if prio < n.priority else n.right, prio)
+        self._pull(node)
+
+    cdef int32_t _find(self, int64_t minp) noexcept:
+        """The level holding the smallest ready key among priorities >= minp."""
+        cdef Level *lv = self._lv
+        cdef int32_t node = self._root, best = -1, r
+        cdef int64_t key = INT64_MAX
+        while node >= 0:
+            if lv[node].priority >= minp:
+                if lv[node].size and (best < 0 or lv[node].heap[0].key < key):
+                    best = node
+                    key = lv[node].heap[0].key
+                r = lv[node].right
+                if r >= 0 and lv[r].best >= 0 and (best < 0 or lv[r].best_key < key):
+                    best = lv[r].best
+                    key = lv[r].best_key
+                node = lv[node].left
+            else:
+                node = lv[node].right
+        return best
+
+    cdef int32_t _find_level(self, int64_t prio) noexcept:
+        cdef int32_t node = self._root
+        while node >= 0:
+            if self._lv[node].priority == prio:
+                return node
+            node = self._lv[node].left if prio < self._lv[node].priority else self._lv[node].right
+        return -1
+
+    cdef inline uint32_t _next_weight(self) noexcept:
+        # xorshift32: the treap only needs weights that look random.
+        cdef uint32_t x = self._rng
+        x ^= x << 13
+        x ^= x >> 17
+        x ^= x << 5
+        self._rng = x
+        return x
+
+    cdef void _split(self, int32_t node, int64_t prio, int32_t *low, int32_t *high) noexcept:
+        """Split a treap into (< prio, > prio); ``prio`` is absent."""
+        cdef int32_t a, b
+        if node < 0:
+            low[0] = -1
+            high[0] = -1
+            return
+        if self._lv[node].priority < prio:
+            self._split(self._lv[node].right, prio, &a, &b)
+            self._lv[node].right = a
+            self._pull(node)
+            low[0] = node
+            high[0] = b
+        else:
+            self._split(self._lv[node].left, prio, &a, &b)
+            self._lv[node].left = b
+            self._pull(node)
+            low[0] = a
+            high[0] = node
+
+    cdef int32_t _merge(self, int32_t low, int32_t high) noexcept:
+        """Merge two treaps where every priority of ``low`` < every one of ``high``."""
+        if low < 0:
+            return high
+        if high < 0:
+            return low
+        if self._lv[low].weight > self._lv[high].weight:
+            self._lv[low].right = self._merge(self._lv[low].right, high)
+            self._pull(low)
+            return low
+        self._lv[high].left = self._merge(low, self._lv[high].left)
+        self._pull(high)
+        return high
+
+    cdef int32_t _treap_insert(self, int32_t node, int32_t new) noexcept:
+        cdef int32_t a, b
+        if node < 0:
+            self._pull(new)
+            return new
+        if self._lv[new].weight > self._lv[node].weight:
+            self._split(node, self._lv[new].priority, &a, &b)
+            self._lv[new].left = a
+            self._lv[new].right = b
+            self._pull(new)
+            return new
+        if self._lv[new].priority < self._lv[node].priority:
+            self._lv[node].left = self._treap_insert(self._lv[node].left, new)
+        else:
+            self._lv[node].right = self._treap_insert(self._lv[node].right, new)
+        self._pull(node)
+        return node
+
+    cdef int32_t _treap_delete(self, int32_t node, int64_t prio) noexcept:
+        if self._lv[node].priority == prio:
+            return self._merge(self._lv[node].left, self._lv[node].right)
+        if prio < self._lv[node].priority:
+            self._lv[node].left = self._treap_delete(self._lv[node].left, prio)
+        else:
+            self._lv[node].right = self._treap_delete(self._lv[node].right, prio)
+        self._pull(node)
+        return node
+
+    # -- the expiry heap
+
+    cdef void _expiry_push(self, int32_t slot, double at) noexcept:
+        cdef int32_t pos = self._x_size
+        self._x_size += 1
+        self._expiry_sift_up(pos, at, slot)
+
+    cdef inline void _expiry_sift_up(self, int32_t pos, double at, int32_t slot) noexcept:
+        cdef ExpiryEntry *heap = self._x
+        cdef int32_t *xpos = self._g_xpos
+        cdef int32_t parent
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            if heap[parent].at <= at:
+                break
+            heap[pos] = heap[parent]
+            xpos[heap[pos].group] = pos
+            pos = parent
+        heap[pos].at = at
+        heap[pos].group = slot
+        xpos[slot] = pos
+
+    cdef void _expiry_remove(self, int32_t pos) noexcept:
+        cdef ExpiryEntry *heap = self._x
+        cdef int32_t *xpos = self._g_xpos
+        cdef int32_t n, child, end
+        cdef ExpiryEntry last
+        xpos[heap[pos].group] = -1
+        self._x_size -= 1
+        end = self._x_size
+        if pos == end:
+            return
+        last = heap[end]
+        if pos > 0 and heap[(pos - 1) >> 1].at > last.at:
+            self._expiry_sift_up(pos, last.at, last.group)
+            return
+        n = pos
+        child = 2 * n + 1
+        while child < end:
+            if child + 1 < end and heap[child + 1].at < heap[child].at:
+                child += 1
+            if heap[child].at >= last.at:
+                break
+            heap[n] = heap[child]
+            xpos[heap[n].group] = n
+            n = child
+            child = 2 * n + 1
+        heap[n] = last
+        xpos[last.group] = n
