@@ -90,7 +90,7 @@ SUPPORTS: Dict[str, Tuple[str, ...]] = {
 #: The seed's claim sorts every message: cap on the ops timed per measurement,
 #: and the largest N it is run at (beyond: extrapolated as N log N).
 SEED_OPS = {1_000: 50, 10_000: 8, 100_000: 2}
-SEED_MAX_N_QUICK = 10_000
+SEED_MAX_N_QUICK = 100_000
 SEED_MAX_N_FULL = 100_000
 
 VISIBILITY = 30.0
@@ -407,15 +407,15 @@ class BenchConfig:
     groups: List[str] = field(default_factory=lambda: ["N/10"])
     workloads: List[str] = field(default_factory=lambda: list(WORKLOADS))
     impls: List[str] = field(default_factory=lambda: list(ALL_IMPLS))
-    repeats: int = 3
-    ops: int = 3_000
+    repeats: int = 5
+    ops: int = 10_000
     seed_max_n: int = SEED_MAX_N_QUICK
     memory_n: Optional[int] = 100_000
     memory_groups: List[str] = field(default_factory=lambda: ["N/10"])
 
     @classmethod
     def quick(cls) -> "BenchConfig":
-        """Default: N in {1k, 10k, 100k}, G = N/10, 3 repeats (under a minute)."""
+        """Default: N in {1k, 10k, 100k}, G = N/10, 5 repeats (under a minute)."""
         return cls()
 
     @classmethod
@@ -1108,12 +1108,24 @@ def render_summary(report: Dict[str, Any]) -> str:
 # ------------------------------------------------------------ child entry points
 
 
-def _callgrind_child(impl: str, n: int, g: int, k: int) -> None:
-    """Prefill, then ``k`` full cycles: run under callgrind by benchmarks/callgrind.py."""
+def _callgrind_child(impl: str, n: int, g: int, k: int, kmax: int) -> None:
+    """Prefill, then ``k`` full cycles: run under callgrind by
+    ``benchmarks/callgrind.py``.  The list of publish targets is always built
+    for ``kmax`` cycles, so its cost cancels in the difference of two runs."""
     gc.disable()
     st = _State(impl, n, g, "main")
-    if k:
-        _measure(st, "cycle", k)
+    seq = st.group_seq(kmax)[:k]
+    t, ev, w, vis = st.t, EVENT, WORKER, VISIBILITY
+    if impl == "queue":
+        put, get = t.put, t.get
+        for _gid in seq:
+            put(ev)
+            get()
+    else:
+        pub, cl, ack = t.publish, t.claim, t.ack
+        for gid in seq:
+            pub(gid, ev)
+            ack(cl(w, vis))
 
 
 def _main(argv: Sequence[str]) -> int:
@@ -1121,8 +1133,8 @@ def _main(argv: Sequence[str]) -> int:
         rec = _memory_child(argv[1], int(argv[2]), int(argv[3]))
         print(json.dumps(rec))
         return 0
-    if len(argv) == 5 and argv[0] == "--callgrind-child":
-        _callgrind_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
+    if len(argv) == 6 and argv[0] == "--callgrind-child":
+        _callgrind_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
         return 0
     sys.stderr.write("internal entry point; use: python -m leasequeue bench\n")
     return 2

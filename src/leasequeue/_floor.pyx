@@ -1,11 +1,13 @@
-# cython: language_level=3, embedsignature=True, freethreading_compatible=True
+# cython: language_level=3, embedsignature=False, annotation_typing=False
+# cython: freethreading_compatible=True
 """The benchmarks' *floor*: what a compiled transport call costs at the least.
 
 ``FloorTransport`` has the transport's method signatures (``publish``,
 ``claim``, ``ack``, ``nack``) and does only what every correct transport call
-has to do anyway: take a ``cython.pymutex``, read the clock in ``claim`` (the
-same user-supplied callable the real transport calls, ``time.time`` by
-default), and allocate one small lease object.  It keeps no messages.  The
+has to do anyway: take a ``cython.pymutex``, read the clock in ``claim``
+(exactly as the real transport does: ``time.time`` -- the default -- is read
+in C with ``clock_gettime``, any other clock is called), and allocate one
+small lease object.  The module directives are the real transport's.  It keeps no messages.  The
 benchmark reports the real transport's time as a multiple of this one, so
 the report says how much of the cost is the queue itself and how much is
 the unavoidable price of a Python-level call.
@@ -16,6 +18,32 @@ Not part of the public API; used only by ``python -m leasequeue bench``.
 cimport cython
 
 import time
+
+cdef object _time_time = time.time
+
+
+cdef extern from *:
+    """
+    #if defined(_WIN32)
+    #include <windows.h>
+    static double lqfloor_wall_time(void) {
+        FILETIME ft;
+        ULARGE_INTEGER u;
+        GetSystemTimePreciseAsFileTime(&ft);
+        u.LowPart = ft.dwLowDateTime;
+        u.HighPart = ft.dwHighDateTime;
+        return (double)(((long long)u.QuadPart - 116444736000000000LL) * 100LL) / 1e9;
+    }
+    #else
+    #include <time.h>
+    static double lqfloor_wall_time(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (double)((long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec) / 1e9;
+    }
+    #endif
+    """
+    double lqfloor_wall_time() noexcept nogil
 
 
 @cython.final
@@ -36,13 +64,20 @@ cdef class FloorTransport:
 
     cdef cython.pymutex _lock
     cdef object _clock
+    cdef bint _wall_clock
     cdef long long _seq
 
     def __init__(self, clock=time.time):
         if not callable(clock):
             raise TypeError("clock must be callable")
         self._clock = clock
+        self._wall_clock = clock is _time_time
         self._seq = 0
+
+    cdef double _now(self) except? -1.0:
+        if self._wall_clock:
+            return lqfloor_wall_time()
+        return self._clock()
 
     def publish(self, group_id, event, priority=0):
         """Take the lock, bump the sequence number, return it."""
@@ -54,7 +89,7 @@ cdef class FloorTransport:
 
     def claim(self, worker_id, visibility, min_priority=0):
         """Read the clock, take the lock, return a freshly allocated lease."""
-        cdef double now = self._clock()
+        cdef double now = self._now()
         cdef double vis = visibility
         cdef long long seq
         with self._lock:

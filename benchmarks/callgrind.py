@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Instructions per full cycle (publish + claim + ack), under callgrind.
+
+Wall-clock time drifts on a shared or noisy machine; the number of
+instructions executed does not (to within a fraction of a percent).  For
+each implementation this runs the same fixed workload twice under
+``valgrind --tool=callgrind`` -- prefill N messages in G groups, then K1 and
+K2 full cycles -- and reports ``(Ir(K2) - Ir(K1)) / (K2 - K1)``: the
+interpreter start-up, imports and prefill cancel out, leaving the
+instructions of one cycle (loop overhead included, as in the timings).
+
+Usage::
+
+    PYTHONPATH=src python3 benchmarks/callgrind.py            # N=10k, G=1k
+    python3 benchmarks/callgrind.py --n 100000 --groups 10000 --impls cython,floor
+    python3 benchmarks/callgrind.py --json results/callgrind.json
+
+Needs ``valgrind`` on PATH (``apt-get install valgrind``).  Each
+implementation takes a few seconds to a minute (the pure-Python prefill is
+the slow part under callgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Optional
+
+DEFAULT_IMPLS = ["cython", "floor", "pure", "queue"]
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def _env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONHASHSEED"] = "0"  # same str hashes in every run: same instructions
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    if os.path.isdir(os.path.join(src, "leasequeue")):
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def instructions(impl: str, n: int, g: int, k: int, kmax: int, python: str) -> int:
+    """Total instructions (Ir) of one run: prefill ``n`` in ``g`` groups, then
+    ``k`` cycles (the list of publish targets is built for ``kmax``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            python,
+            "-m",
+            "leasequeue._bench",
+            "--callgrind-child",
+            impl,
+            str(n),
+            str(g),
+            str(k),
+            str(kmax),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+        if proc.returncode != 0:
+            raise RuntimeError(f"{impl}: callgrind run failed:\n{proc.stderr[-2000:]}")
+        m = _COLLECTED.search(proc.stderr)
+        if not m:
+            raise RuntimeError(f"{impl}: no 'Collected' line in callgrind output:\n{proc.stderr[-2000:]}")
+        return int(m.group(1))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Print instructions per cycle for each implementation."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--impls", default=",".join(DEFAULT_IMPLS), help="comma-separated: cython,floor,pure,queue,seed")
+    ap.add_argument("--n", type=int, default=10_000, help="messages queued (default 10000)")
+    ap.add_argument("--groups", type=int, default=1_000, help="groups (default 1000)")
+    ap.add_argument("--k1", type=int, default=1_000, help="cycles in the first run")
+    ap.add_argument("--k2", type=int, default=11_000, help="cycles in the second run")
+    ap.add_argument("--python", default=sys.executable, help="interpreter to run")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = ap.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        sys.stderr.write("valgrind not found on PATH (apt-get install valgrind)\n")
+        return 2
+    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    if "seed" in impls and args.k2 > 100:
+        sys.stderr.write("note: seed's claim sorts all messages; use small --k1/--k2 with it\n")
+    rows = []
+    for impl in impls:
+        sys.stderr.write(f"callgrind: {impl} (N={args.n}, G={args.groups}, K={args.k1} and {args.k2}) ...\n")
+        try:
+            a = instructions(impl, args.n, args.groups, args.k1, args.k2, args.python)
+            b = instructions(impl, args.n, args.groups, args.k2, args.k2, args.python)
+        except RuntimeError as exc:
+            sys.stderr.write(f"  skipped: {str(exc).splitlines()[0]}\n")
+            rows.append({"impl": impl, "error": str(exc)[-500:]})
+            continue
+        per = (b - a) / (args.k2 - args.k1)
+        rows.append({"impl": impl, "ir_k1": a, "ir_k2": b, "ir_per_cycle": per})
+    ref = next((r["ir_per_cycle"] for r in rows if r["impl"] == "cython" and "ir_per_cycle" in r), None)
+    print(f"Instructions per publish+claim+ack cycle (N={args.n}, G={args.groups}; valgrind callgrind, PYTHONHASHSEED=0)")
+    print()
+    print("| implementation | instructions / cycle | / Cython |")
+    print("|---|---:|---:|")
+    for r in rows:
+        if "ir_per_cycle" not in r:
+            print(f"| {r['impl']} | error | |")
+            continue
+        rel = f"{r['ir_per_cycle'] / ref:.2f}×" if ref else "-"
+        print(f"| {r['impl']} | {r['ir_per_cycle']:,.0f} | {rel} |")
+    if args.json:
+        meta = {"n": args.n, "groups": args.groups, "k1": args.k1, "k2": args.k2, "python": sys.version.split()[0]}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return 0 if all("ir_per_cycle" in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The ``leasequeue`` command line and its benchmark report (issue 4).
+
+Runs ``python -m leasequeue bench --smoke`` in a subprocess, as a user would,
+and checks the shape of what it prints and writes: every implementation that
+can be imported appears in the table and in the JSON, with the expected keys.
+No timing is asserted (a unit test must not depend on machine speed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Set
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def _env() -> Dict[str, str]:
+    env = dict(os.environ)
+    # Same import path as the test process (PYTHONPATH=src or an installed wheel).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "leasequeue", *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _expected_impls() -> Set[str]:
+    expected = {"pure", "queue", "seed"}
+    if _importable("leasequeue._inmemory_c"):
+        expected.add("cython")
+    if _importable("leasequeue._floor"):
+        expected.add("floor")
+    return expected
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench")
+    json_path = out / "bench.json"
+    md_path = out / "bench.md"
+    proc = _run("bench", "--smoke", "--no-progress", "--json", str(json_path), "--markdown", str(md_path))
+    assert proc.returncode == 0, proc.stderr
+    return {
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+        "json": json.loads(json_path.read_text()),
+        "markdown": md_path.read_text(),
+    }
+
+
+def test_version_names_the_package_and_implementation() -> None:
+    import leasequeue
+
+    proc = _run("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert leasequeue.__version__ in proc.stdout
+    assert leasequeue.IMPLEMENTATION in proc.stdout
+
+
+def test_help_lists_the_bench_command() -> None:
+    proc = _run("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "bench" in proc.stdout
+    proc = _run("bench", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--full", "--plot", "--json"):
+        assert option in proc.stdout
+
+
+def test_unknown_implementation_is_refused() -> None:
+    proc = _run("bench", "--smoke", "--no-progress", "--impls", "cython,nosuch")
+    assert proc.returncode == 2
+    assert "nosuch" in proc.stderr
+
+
+def test_json_has_every_implementation_and_key(smoke: Dict[str, Any]) -> None:
+    report = smoke["json"]
+    assert set(report) >= {"meta", "results", "ratios", "memory", "targets"}
+    meta = report["meta"]
+    assert set(meta["implementations"]) == _expected_impls()
+    assert meta["machine"]["python"] == sys.version.split()[0]
+    cycle_impls = {r["impl"] for r in report["results"] if r["workload"] == "cycle"}
+    assert cycle_impls == _expected_impls()
+    workloads = {r["workload"] for r in report["results"]}
+    assert workloads == {"cycle", "publish", "claim_ack", "nack", "expiry", "priority"}
+    for r in report["results"]:
+        assert {"workload", "n", "groups", "impl", "median_ns", "min_ns", "max_ns", "samples_ns", "extrapolated"} <= set(r)
+        assert r["n"] == 1000
+        assert r["min_ns"] <= r["median_ns"] <= r["max_ns"]
+        assert r["median_ns"] > 0
+    # queue.Queue has no leases: it is never run on the lease-only workloads.
+    assert not any(r["impl"] == "queue" and r["workload"] in ("nack", "expiry", "priority") for r in report["results"])
+
+
+def test_ratios_are_relative_to_the_fastest_real_transport(smoke: Dict[str, Any]) -> None:
+    report = smoke["json"]
+    ref = "cython" if "cython" in _expected_impls() else "pure"
+    assert report["meta"]["ratio_reference"] == ref
+    ratios: List[Dict[str, Any]] = [r for r in report["ratios"] if r["workload"] == "cycle"]
+    assert {r["impl"] for r in ratios} == _expected_impls() - {ref}
+    assert all(r["ref"] == ref and r["ratio"] > 0 for r in ratios)
+
+
+def test_memory_rows_per_implementation(smoke: Dict[str, Any]) -> None:
+    memory = smoke["json"]["memory"]
+    assert {m["impl"] for m in memory} == _expected_impls()
+    for m in memory:
+        assert "error" not in m, m
+        assert m["held"] == (0 if m["impl"] == "floor" else 1000)
+        assert {"tracemalloc_bytes_per_msg", "rss_bytes_per_msg", "gc_tracked_per_msg", "gc_collect_s"} <= set(m)
+
+
+def test_markdown_table_names_every_implementation(smoke: Dict[str, Any]) -> None:
+    md = smoke["markdown"]
+    assert smoke["stdout"].startswith(md.rstrip("\n")[:200])
+    labels = {"cython": "Cython", "floor": "floor stub", "pure": "pure Python", "queue": "queue.Queue", "seed": "seed algorithm"}
+    header = next(line for line in md.splitlines() if line.startswith("| N | G |"))
+    for impl in _expected_impls():
+        assert labels[impl] in header
+    assert "## cycle" in md and "## Targets (issue 4)" in md and "## Memory" in md
