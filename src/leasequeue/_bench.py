@@ -57,7 +57,9 @@ __all__ = [
 ]
 
 #: Implementation keys, in the column order of the report.
-ALL_IMPLS: Tuple[str, ...] = ("cython", "floor", "pure", "queue", "seed")
+ALL_IMPLS: Tuple[str, ...] = ("cython", "floor", "pure", "queue", "seed", "floor_pymutex")
+#: Run by default (``floor_pymutex`` only on request: ``--impls``).
+DEFAULT_IMPLS: Tuple[str, ...] = ("cython", "floor", "pure", "queue", "seed")
 
 LABELS: Dict[str, str] = {
     "cython": "Cython",
@@ -65,6 +67,7 @@ LABELS: Dict[str, str] = {
     "pure": "pure Python",
     "queue": "queue.Queue",
     "seed": "seed algorithm",
+    "floor_pymutex": "floor (pymutex)",
 }
 
 #: Workload keys, in report order, with what one *op* of each is.
@@ -82,9 +85,9 @@ SUPPORTS: Dict[str, Tuple[str, ...]] = {
     "cycle": ALL_IMPLS,
     "publish": ALL_IMPLS,
     "claim_ack": ALL_IMPLS,
-    "nack": ("cython", "floor", "pure", "seed"),
-    "expiry": ("cython", "floor", "pure", "seed"),
-    "priority": ("cython", "floor", "pure", "seed"),
+    "nack": ("cython", "floor", "pure", "seed", "floor_pymutex"),
+    "expiry": ("cython", "floor", "pure", "seed", "floor_pymutex"),
+    "priority": ("cython", "floor", "pure", "seed", "floor_pymutex"),
 }
 
 #: The seed's claim sorts every message: cap on the ops timed per measurement,
@@ -203,6 +206,10 @@ def _load(impl: str) -> Callable[..., Any]:
         from ._floor import FloorTransport
 
         return FloorTransport
+    if impl == "floor_pymutex":
+        from ._floor import FloorPymutexTransport
+
+        return FloorPymutexTransport
     if impl == "seed":
         return SeedTransport
     if impl == "queue":
@@ -210,7 +217,7 @@ def _load(impl: str) -> Callable[..., Any]:
     raise ValueError(f"unknown implementation {impl!r}")
 
 
-def available_impls(wanted: Iterable[str] = ALL_IMPLS) -> Tuple[List[str], Dict[str, str]]:
+def available_impls(wanted: Iterable[str] = DEFAULT_IMPLS) -> Tuple[List[str], Dict[str, str]]:
     """Split ``wanted`` into the importable implementations and the missing
     ones (with the reason)."""
     ok: List[str] = []
@@ -406,9 +413,9 @@ class BenchConfig:
     sizes: List[int] = field(default_factory=lambda: [1_000, 10_000, 100_000])
     groups: List[str] = field(default_factory=lambda: ["N/10"])
     workloads: List[str] = field(default_factory=lambda: list(WORKLOADS))
-    impls: List[str] = field(default_factory=lambda: list(ALL_IMPLS))
+    impls: List[str] = field(default_factory=lambda: list(DEFAULT_IMPLS))
     repeats: int = 5
-    ops: int = 10_000
+    ops: int = 20_000
     seed_max_n: int = SEED_MAX_N_QUICK
     memory_n: Optional[int] = 100_000
     memory_groups: List[str] = field(default_factory=lambda: ["N/10"])
@@ -420,13 +427,13 @@ class BenchConfig:
 
     @classmethod
     def full(cls) -> "BenchConfig":
-        """Every size and group count of issue 4, 5 repeats."""
+        """Every size and group count of issue 4, 11 repeats (about 5 minutes)."""
         return cls(
             mode="full",
             sizes=[1_000, 10_000, 100_000, 1_000_000],
             groups=["1", "N/10", "N"],
-            repeats=5,
-            ops=20_000,
+            repeats=11,
+            ops=50_000,
             seed_max_n=SEED_MAX_N_FULL,
             memory_n=1_000_000,
             memory_groups=["1", "N/10", "N"],
@@ -513,6 +520,27 @@ def _ops_for(impl: str, workload: str, n: int, ops: int) -> int:
     return k
 
 
+_PAIRED = ("publish", "claim_ack")
+
+
+def _pair_ops(impl: str, n: int, ops: int) -> Tuple[int, int]:
+    """(k, rounds) for the publish / claim+ack pair: each round publishes k
+    messages then claims and acks k, so the queue swings between N and N + k
+    (k <= N/2) and ends each round at N; ``rounds`` makes up ``ops`` in all."""
+    k = _ops_for(impl, "publish", n, ops)
+    rounds = 1 if impl == "seed" else max(1, ops // k)
+    return k, rounds
+
+
+def _measure_pair(state: _State, k: int, rounds: int) -> Tuple[float, float]:
+    """ns per publish and ns per claim+ack, over ``rounds`` rounds of k each."""
+    pub = ca = 0.0
+    for _ in range(rounds):
+        pub += _measure(state, "publish", k)
+        ca += _measure(state, "claim_ack", k)
+    return pub / rounds, ca / rounds
+
+
 def _configs(cfg: BenchConfig) -> List[Tuple[int, str, int, str]]:
     """(N, G spec, G, state kind) for every state group to build."""
     out = []
@@ -564,12 +592,21 @@ def _run_timings(cfg: BenchConfig, impls: List[str], progress: Progress) -> List
         for r in range(cfg.repeats):
             order = run_impls[r % len(run_impls):] + run_impls[: r % len(run_impls)]
             for w in wls:
+                if w == "claim_ack" and "publish" in wls:
+                    continue  # measured together with publish, below
                 for impl in order:
                     if impl not in SUPPORTS[w]:
                         continue
-                    k = _ops_for(impl, w, n, cfg.ops)
                     progress.step(head, f"repeat {r + 1}/{cfg.repeats} {w} {impl}")
-                    samples.setdefault((w, impl), []).append(_measure(states[impl], w, k))
+                    if w in _PAIRED:
+                        k, rounds = _pair_ops(impl, n, cfg.ops)
+                        pub_ns, ca_ns = _measure_pair(states[impl], k, rounds)
+                        for name, v in (("publish", pub_ns), ("claim_ack", ca_ns)):
+                            if name in wls:
+                                samples.setdefault((name, impl), []).append(v)
+                    else:
+                        k = _ops_for(impl, w, n, cfg.ops)
+                        samples.setdefault((w, impl), []).append(_measure(states[impl], w, k))
         for (w, impl), vals in samples.items():
             results.append(
                 {
@@ -578,7 +615,11 @@ def _run_timings(cfg: BenchConfig, impls: List[str], progress: Progress) -> List
                     "groups_spec": spec,
                     "groups": g,
                     "impl": impl,
-                    "ops_per_sample": _ops_for(impl, w, n, cfg.ops),
+                    "ops_per_sample": (
+                        _pair_ops(impl, n, cfg.ops)[0] * _pair_ops(impl, n, cfg.ops)[1]
+                        if w in _PAIRED
+                        else _ops_for(impl, w, n, cfg.ops)
+                    ),
                     "median_ns": statistics.median(vals),
                     "min_ns": min(vals),
                     "max_ns": max(vals),
@@ -864,6 +905,8 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
     for n, spec, g, kind in configs:
         wls = [w for w in _KIND_WORKLOADS[kind] if w in cfg.workloads]
         for w in wls:
+            if w == "claim_ack" and "publish" in wls:
+                continue
             for impl in impls:
                 if impl in SUPPORTS[w] and not (impl == "seed" and n > cfg.seed_max_n):
                     steps += cfg.repeats
@@ -966,7 +1009,7 @@ def render_markdown(report: Dict[str, Any]) -> str:
         lines.append("")
         ratio_cols = [i for i in cols if i != ref]
         header = ["N", "G"] + [LABELS[i] for i in cols]
-        header += [f"{LABELS[ref]}/floor" if i == "floor" else f"{i}/{ref}" for i in ratio_cols]
+        header += [f"{LABELS[ref]}/{i}" if i.startswith("floor") else f"{i}/{ref}" for i in ratio_cols]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * 2 + "---:|" * (len(header) - 2))
         keys = sorted({(r["n"], r["groups"], r["groups_spec"]) for r in rows})
@@ -985,7 +1028,7 @@ def render_markdown(report: Dict[str, Any]) -> str:
                 if r is None:
                     cells.append("-")
                 else:
-                    v = 1.0 / r["ratio"] if i == "floor" else r["ratio"]
+                    v = 1.0 / r["ratio"] if i.startswith("floor") else r["ratio"]
                     cells.append(("~" if r["extrapolated"] else "") + _fmt_ratio(v))
             lines.append("| " + " | ".join(cells) + " |")
     mem = report.get("memory") or []
@@ -1050,7 +1093,7 @@ def write_plot(report: Dict[str, Any], path: str) -> Optional[str]:
     specs = [s for s in ("1", "N/10", "N") if any(r["groups_spec"] == s for r in rows)]
     specs += sorted({r["groups_spec"] for r in rows} - set(specs))
     fig, axes = plt.subplots(1, len(specs), figsize=(5.2 * len(specs), 4.4), squeeze=False, sharey=True)
-    styles = {"cython": "C0", "floor": "C7", "pure": "C1", "queue": "C2", "seed": "C3"}
+    styles = {"cython": "C0", "floor": "C7", "pure": "C1", "queue": "C2", "seed": "C3", "floor_pymutex": "C5"}
     for ax, spec in zip(axes[0], specs):
         for impl in ALL_IMPLS:
             pts = sorted((r["n"], r) for r in rows if r["impl"] == impl and r["groups_spec"] == spec)
@@ -1096,8 +1139,8 @@ def render_summary(report: Dict[str, Any]) -> str:
     for r in cyc:
         if r["n"] != big or r["groups_spec"] != spec:
             continue
-        if r["impl"] == "floor":
-            parts.append(f"{1 / r['ratio']:.2f}× the floor stub")
+        if r["impl"].startswith("floor"):
+            parts.append(f"{1 / r['ratio']:.2f}× the {LABELS[r['impl']]}")
         else:
             x = r["ratio"]
             rel = f"{x:.3g}× faster than" if x >= 1 else f"{1 / x:.3g}× slower than"

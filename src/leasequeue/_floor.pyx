@@ -4,7 +4,8 @@
 
 ``FloorTransport`` has the transport's method signatures (``publish``,
 ``claim``, ``ack``, ``nack``) and does only what every correct transport call
-has to do anyway: take a ``cython.pymutex``, read the clock in ``claim``
+has to do anyway: take the transport's lock (the same primitive as
+``_inmemory_c``: ``PyMutex`` on 3.13+, the GIL before), read the clock in ``claim``
 (exactly as the real transport does: ``time.time`` -- the default -- is read
 in C with ``clock_gettime``, any other clock is called), and allocate one
 small lease object.  The module directives are the real transport's.  It keeps no messages.  The
@@ -42,8 +43,26 @@ cdef extern from *:
         return (double)((long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec) / 1e9;
     }
     #endif
+
+    /* The transport's lock primitive, same as _inmemory_c: PyMutex where the
+       C API has it (3.13+, required on free-threaded builds); before 3.13 the
+       GIL serialises calls and nothing under the lock can release it, so the
+       lock is a flag. */
+    #if PY_VERSION_HEX >= 0x030d0000
+    typedef PyMutex lqfloor_mutex;
+    #define lqfloor_lock(m) PyMutex_Lock(m)
+    #define lqfloor_unlock(m) PyMutex_Unlock(m)
+    #else
+    typedef struct { char held; } lqfloor_mutex;
+    #define lqfloor_lock(m) ((m)->held = 1)
+    #define lqfloor_unlock(m) ((m)->held = 0)
+    #endif
     """
     double lqfloor_wall_time() noexcept nogil
+    ctypedef struct lqfloor_mutex:
+        pass
+    void lqfloor_lock(lqfloor_mutex *m) noexcept
+    void lqfloor_unlock(lqfloor_mutex *m) noexcept
 
 
 @cython.final
@@ -61,6 +80,78 @@ cdef class FloorLease:
 @cython.final
 cdef class FloorTransport:
     """Same call shape as ``InMemoryTransport``; does no queueing at all."""
+
+    cdef lqfloor_mutex _lock
+    cdef object _clock
+    cdef bint _wall_clock
+    cdef long long _seq
+
+    def __init__(self, clock=time.time):
+        if not callable(clock):
+            raise TypeError("clock must be callable")
+        self._clock = clock
+        self._wall_clock = clock is _time_time
+        self._seq = 0
+
+    cdef double _now(self) except? -1.0:
+        if self._wall_clock:
+            return lqfloor_wall_time()
+        return self._clock()
+
+    def publish(self, group_id, event, priority=0):
+        """Take the lock, bump the sequence number, return it."""
+        cdef long long seq
+        lqfloor_lock(&self._lock)
+        self._seq += 1
+        seq = self._seq
+        lqfloor_unlock(&self._lock)
+        return seq
+
+    def claim(self, worker_id, visibility, min_priority=0):
+        """Read the clock, take the lock, return a freshly allocated lease."""
+        cdef double now = self._now()
+        cdef double vis = visibility
+        cdef long long seq
+        lqfloor_lock(&self._lock)
+        seq = self._seq
+        lqfloor_unlock(&self._lock)
+        cdef FloorLease lease = FloorLease.__new__(FloorLease)
+        lease.seq = seq
+        lease.group_id = "g"
+        lease.event = None
+        lease.worker_id = worker_id
+        lease.expires_at = now + vis
+        lease.attempt = 1
+        return lease
+
+    def ack(self, lease):
+        """Check the lease type, take the lock, return None."""
+        if not isinstance(lease, FloorLease):
+            raise TypeError("not a FloorLease")
+        lqfloor_lock(&self._lock)
+        lqfloor_unlock(&self._lock)
+
+    def nack(self, lease, delay=0.0):
+        """Check the lease type, take the lock, return None."""
+        if not isinstance(lease, FloorLease):
+            raise TypeError("not a FloorLease")
+        lqfloor_lock(&self._lock)
+        lqfloor_unlock(&self._lock)
+
+    def __len__(self):
+        return 0
+
+    def close(self):
+        """No-op, as on the real transport."""
+
+
+@cython.final
+cdef class FloorPymutexTransport:
+    """``FloorTransport`` with a ``cython.pymutex`` instead of the transport's
+    lock primitive.  Identical to it on 3.13+; before 3.13 Cython implements
+    ``pymutex`` with a ``PyThread`` lock, which the transport does not use,
+    so this variant shows what that lock alone costs (``--impls
+    floor_pymutex``)."""
 
     cdef cython.pymutex _lock
     cdef object _clock
