@@ -30,7 +30,7 @@ built after it, and the reference to an acked event is dropped after it.
 """
 
 cimport cython
-from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_DelItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -74,6 +74,15 @@ cdef extern from *:
     }
     #endif
 
+    #if PY_VERSION_HEX >= 0x030d0000
+    typedef PyMutex lq_mutex;
+    #define lq_lock(m) PyMutex_Lock(m)
+    #define lq_unlock(m) PyMutex_Unlock(m)
+    #else
+    typedef struct { char held; } lq_mutex;
+    #define lq_lock(m) ((m)->held = 1)
+    #define lq_unlock(m) ((m)->held = 0)
+    #endif
     /* Store v in list[i] (taking a new reference) and hand back the old item
        (the caller now owns that reference). No allocation, no decref. */
     static CYTHON_INLINE PyObject *lq_list_swap(PyObject *list, Py_ssize_t i, PyObject *v) {
@@ -90,8 +99,14 @@ cdef extern from *:
     }
     """
     double lq_wall_time() noexcept nogil
+    ctypedef struct lq_mutex:
+        pass
+    void lq_lock(lq_mutex *m) noexcept
+    void lq_unlock(lq_mutex *m) noexcept
     object lq_list_swap(object lst, Py_ssize_t i, object v)
     object lq_list_get(object lst, Py_ssize_t i)
+    # Borrowed reference or NULL; never raises for an exact str key.
+    PyObject *PyDict_GetItemWithError(object d, object key)
 
 
 # Lock states of a group's head message.
@@ -166,16 +181,19 @@ cdef class Lease:
     only leases a transport issued are current there.
     """
 
-    cdef readonly object seq
     cdef readonly object group_id
     cdef readonly object event
     cdef readonly object worker_id
-    cdef readonly object expires_at
-    cdef readonly object attempt
-    # Set only on leases a transport issued (``_owner`` is its token).
+    # The issuing transport's token; None on a lease built by hand.
     cdef object _owner
+    # A hand-built lease keeps the objects it was given; an issued one keeps
+    # C values (no int/float objects are made unless the fields are read).
+    cdef object _seq
+    cdef object _expires_at
+    cdef object _attempt
     cdef int64_t _cseq
     cdef int64_t _cattempt
+    cdef double _cexpires_at
     cdef int32_t _slot
 
     def __init__(
@@ -187,13 +205,34 @@ cdef class Lease:
         expires_at: float,
         attempt: int,
     ) -> None:
-        self.seq = seq
+        self._seq = seq
         self.group_id = group_id
         self.event = event
         self.worker_id = worker_id
-        self.expires_at = expires_at
-        self.attempt = attempt
+        self._expires_at = expires_at
+        self._attempt = attempt
         self._owner = None
+
+    @property
+    def seq(self):
+        return self._seq if self._owner is None else self._cseq
+
+    @property
+    def expires_at(self):
+        return self._expires_at if self._owner is None else self._cexpires_at
+
+    @property
+    def attempt(self):
+        return self._attempt if self._owner is None else self._cattempt
+
+    cdef inline object _get_seq(self):
+        return self._seq if self._owner is None else self._cseq
+
+    cdef inline object _get_expires_at(self):
+        return self._expires_at if self._owner is None else self._cexpires_at
+
+    cdef inline object _get_attempt(self):
+        return self._attempt if self._owner is None else self._cattempt
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Lease is immutable: cannot set {name!r}")
@@ -206,12 +245,12 @@ cdef class Lease:
             return NotImplemented
         cdef Lease o = <Lease>other
         return (
-            self.seq == o.seq
+            self._get_seq() == o._get_seq()
             and self.group_id == o.group_id
             and self.event is o.event
             and self.worker_id == o.worker_id
-            and self.expires_at == o.expires_at
-            and self.attempt == o.attempt
+            and self._get_expires_at() == o._get_expires_at()
+            and self._get_attempt() == o._get_attempt()
         )
 
     def __ne__(self, other: object) -> bool:
@@ -219,13 +258,13 @@ cdef class Lease:
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
-        return hash((self.seq, self.group_id, self.worker_id, self.expires_at, self.attempt))
+        return hash((self._get_seq(), self.group_id, self.worker_id, self._get_expires_at(), self._get_attempt()))
 
     def __repr__(self) -> str:
         return (
-            f"Lease(seq={self.seq!r}, group_id={self.group_id!r}, event={self.event!r}, "
-            f"worker_id={self.worker_id!r}, expires_at={self.expires_at!r}, "
-            f"attempt={self.attempt!r})"
+            f"Lease(seq={self._get_seq()!r}, group_id={self.group_id!r}, event={self.event!r}, "
+            f"worker_id={self.worker_id!r}, expires_at={self._get_expires_at()!r}, "
+            f"attempt={self._get_attempt()!r})"
         )
 
     def __reduce__(self) -> Any:
@@ -244,14 +283,12 @@ cdef inline Lease _issue(
 ):
     """Build a lease stamped with its transport's owner token."""
     cdef Lease lease = Lease.__new__(Lease)
-    lease.seq = seq
     lease.group_id = group_id
     lease.event = event
     lease.worker_id = worker_id
-    lease.expires_at = expires_at
-    lease.attempt = attempt
     lease._owner = owner
     lease._cseq = seq
+    lease._cexpires_at = expires_at
     lease._cattempt = attempt
     lease._slot = slot
     return lease
@@ -339,7 +376,7 @@ cdef double _check_time(object value) except? -1.0:
 
 cdef str _lost_message(Lease lease):
     return (
-        f"lease of message {lease.seq} in group {lease.group_id!r} (attempt {lease.attempt}) "
+        f"lease of message {lease._get_seq()} in group {lease.group_id!r} (attempt {lease._get_attempt()}) "
         "is not current: it was acked, nacked, re-delivered, or issued by another transport"
     )
 
@@ -365,7 +402,7 @@ cdef class InMemoryTransport:
     held.  Every method is atomic and thread-safe.
     """
 
-    cdef cython.pymutex _lock
+    cdef lq_mutex _lock
     cdef object _clock
     cdef bint _wall_clock           # clock is time.time: read it in C
     cdef object _owner              # stamped on every lease this transport issues
@@ -470,9 +507,9 @@ cdef class InMemoryTransport:
         else:
             gid = _check_id(group_id, "group_id")
         prio = _priority(priority, "priority")
-        self._lock.acquire()
+        lq_lock(&self._lock)
         try:
-            found = PyDict_GetItem(self._groups, gid)
+            found = PyDict_GetItemWithError(self._groups, gid)  # exact str: cannot fail
             if found != NULL and self._m_free >= 0:
                 # Fast path: an existing group, a free message slot.
                 slot = <int32_t>(<object>found)
@@ -491,7 +528,7 @@ cdef class InMemoryTransport:
             else:
                 rc = self._publish_slow(gid, event, prio, found, &seq)
         finally:
-            self._lock.release()
+            lq_unlock(&self._lock)
         if rc != _OK:
             if rc == _FULL:
                 raise OverflowError("the transport is full: too many messages or groups")
@@ -526,7 +563,7 @@ cdef class InMemoryTransport:
             vis = _check_duration(visibility, "visibility")
         minp = _priority(min_priority, "min_priority")
         now = self._now()
-        self._lock.acquire()
+        lq_lock(&self._lock)
         try:
             if self._x_size and self._x[0].at < now:
                 self._expire(now)
@@ -561,7 +598,7 @@ cdef class InMemoryTransport:
                 event = lq_list_get(self._events, head)
                 gid = lq_list_get(self._group_ids, slot)
         finally:
-            self._lock.release()
+            lq_unlock(&self._lock)
         if slot < 0:
             return None
         return _issue(seq, gid, event, wid, expires_at, attempt, self._owner, slot)
@@ -578,7 +615,7 @@ cdef class InMemoryTransport:
         cdef object spent = None      # dropped after the lock is released
         cdef object spent_id = None
         _check_lease(lease)
-        self._lock.acquire()
+        lq_lock(&self._lock)
         try:
             slot = self._current(<Lease>lease)
             if slot >= 0:
@@ -599,7 +636,7 @@ cdef class InMemoryTransport:
                 elif self._g_rpos[slot] < 0:
                     self._make_ready(slot)
         finally:
-            self._lock.release()
+            lq_unlock(&self._lock)
         if slot < 0:
             raise LeaseLost(_lost_message(<Lease>lease))
 
@@ -619,7 +656,7 @@ cdef class InMemoryTransport:
         d = _check_duration(delay, "delay")
         if d > 0.0:
             now = self._now()
-        self._lock.acquire()
+        lq_lock(&self._lock)
         try:
             slot = self._current(<Lease>lease)
             if slot >= 0:
@@ -640,7 +677,7 @@ cdef class InMemoryTransport:
                     if expires_at != _INF:
                         self._expiry_push(slot, expires_at)
         finally:
-            self._lock.release()
+            lq_unlock(&self._lock)
         if slot < 0:
             raise LeaseLost(_lost_message(<Lease>lease))
 
@@ -661,7 +698,7 @@ cdef class InMemoryTransport:
         old = <Lease>lease
         vis = _check_duration(visibility, "visibility")
         now = self._now()
-        self._lock.acquire()
+        lq_lock(&self._lock)
         try:
             slot = self._current(old)
             if slot >= 0:
@@ -677,7 +714,7 @@ cdef class InMemoryTransport:
                 if expires_at != _INF:
                     self._expiry_push(slot, expires_at)
         finally:
-            self._lock.release()
+            lq_unlock(&self._lock)
         if slot < 0:
             raise LeaseLost(_lost_message(old))
         return _issue(
@@ -692,7 +729,7 @@ cdef class InMemoryTransport:
         """
         cdef double now = self._now()
         cdef int64_t messages, groups, leased, parked
-        self._lock.acquire()
+        lq_lock(&self._lock)
         try:
             if self._x_size and self._x[0].at < now:
                 self._expire(now)
@@ -701,15 +738,15 @@ cdef class InMemoryTransport:
             leased = self._leased
             parked = self._parked
         finally:
-            self._lock.release()
+            lq_unlock(&self._lock)
         return TransportStats(messages, groups, leased, parked)
 
     def __len__(self) -> int:
         """Messages held: ready + leased + parked."""
         cdef int64_t n
-        self._lock.acquire()
+        lq_lock(&self._lock)
         n = self._messages
-        self._lock.release()
+        lq_unlock(&self._lock)
         return n
 
     def close(self) -> None:
