@@ -30,7 +30,6 @@ built after it, and the reference to an acked event is dropped after it.
 """
 
 cimport cython
-from cpython.dict cimport PyDict_DelItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -74,15 +73,34 @@ cdef extern from *:
     }
     #endif
 
+    /* The transport's lock.  On 3.13+ (where free-threaded builds exist) it
+       is a PyMutex, exactly what ``cython.pymutex`` compiles to there: one
+       atomic compare-and-swap, and a blocked thread parks without holding
+       the GIL or its thread state.  Before 3.13 every build has a GIL, and
+       ``cython.pymutex`` falls back to a PyThread lock costing ~30 ns per
+       acquire/release pair (a semaphore plus a monotonic clock read in
+       PyThread_acquire_lock_timed): ~90 ns of a ~150 ns publish+claim+ack
+       cycle.  There the GIL serialises the critical sections by itself,
+       because nothing in them can release the GIL: they run no Python code
+       (no user __hash__/__eq__, no finaliser, no clock), allocate no object
+       the garbage collector tracks (so no collection starts), and only call
+       dict/list/memory C-API functions that never release it.  ``held``
+       then only documents and, in debug builds, asserts that. */
     #if PY_VERSION_HEX >= 0x030d0000
     typedef PyMutex lq_mutex;
     #define lq_lock(m) PyMutex_Lock(m)
     #define lq_unlock(m) PyMutex_Unlock(m)
     #else
+    #include <assert.h>
     typedef struct { char held; } lq_mutex;
-    #define lq_lock(m) ((m)->held = 1)
+    #define lq_lock(m) (assert(!(m)->held), (m)->held = 1)
     #define lq_unlock(m) ((m)->held = 0)
     #endif
+
+    /* Equality of two exact str objects (no user code can run). */
+    static CYTHON_INLINE int lq_str_eq(PyObject *a, PyObject *b) {
+        return a == b || PyUnicode_Compare(a, b) == 0;
+    }
     /* Store v in list[i] (taking a new reference) and hand back the old item
        (the caller now owns that reference). No allocation, no decref. */
     static CYTHON_INLINE PyObject *lq_list_swap(PyObject *list, Py_ssize_t i, PyObject *v) {
@@ -105,8 +123,8 @@ cdef extern from *:
     void lq_unlock(lq_mutex *m) noexcept
     object lq_list_swap(object lst, Py_ssize_t i, object v)
     object lq_list_get(object lst, Py_ssize_t i)
-    # Borrowed reference or NULL; never raises for an exact str key.
-    PyObject *PyDict_GetItemWithError(object d, object key)
+    int lq_str_eq(PyObject *a, PyObject *b) noexcept
+    PyObject *PyList_GET_ITEM(object lst, Py_ssize_t i)
 
 
 # Lock states of a group's head message.
@@ -127,6 +145,7 @@ cdef int64_t _NEVER_CLAIMED = (<int64_t>1) << 62
 
 
 ctypedef struct Group:
+    Py_hash_t hash       # hash of the group id (the id table's probe key)
     int64_t key          # round-robin key
     int64_t attempt      # deliveries of the head message so far
     double expires_at    # end of the lease/park (when lock != _FREE)
@@ -406,7 +425,6 @@ cdef class InMemoryTransport:
     cdef object _clock
     cdef bint _wall_clock           # clock is time.time: read it in C
     cdef object _owner              # stamped on every lease this transport issues
-    cdef dict _groups               # group id (exact str) -> group slot
     cdef list _group_ids            # group slot -> group id (None when unused)
     cdef list _events               # message slot -> event (None when unused)
 
@@ -423,6 +441,12 @@ cdef class InMemoryTransport:
     cdef int32_t _g_cap
     cdef int32_t _g_free
     cdef int32_t _g_used
+
+    # group id -> group slot: open addressing, linear probing, at most half
+    # full; 4 bytes an entry (the hash lives on the group) where a dict would
+    # spend ~50 bytes plus a 32-byte int per group.
+    cdef int32_t *_ids
+    cdef size_t _ids_mask           # table size - 1 (a power of two)
 
     # priority levels: a treap
     cdef Level *_lv
@@ -453,6 +477,8 @@ cdef class InMemoryTransport:
         self._g_cap = 0
         self._g_free = -1
         self._g_used = 0
+        self._ids = NULL
+        self._ids_mask = 0
         self._lv = NULL
         self._lv_cap = 0
         self._lv_free = -1
@@ -461,7 +487,6 @@ cdef class InMemoryTransport:
         self._x = NULL
         self._x_size = 0
         self._x_cap = 0
-        self._groups = {}
         self._group_ids = []
         self._events = []
         self._owner = object()
@@ -478,6 +503,7 @@ cdef class InMemoryTransport:
         PyMem_Free(self._g)
         PyMem_Free(self._g_rpos)
         PyMem_Free(self._g_xpos)
+        PyMem_Free(self._ids)
         PyMem_Free(self._x)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -499,7 +525,7 @@ cdef class InMemoryTransport:
         cdef int64_t prio
         cdef int64_t seq = 0
         cdef int rc
-        cdef PyObject *found
+        cdef Py_hash_t h
         cdef int32_t slot, m
         cdef Group *g
         if type(group_id) is str:
@@ -507,12 +533,12 @@ cdef class InMemoryTransport:
         else:
             gid = _check_id(group_id, "group_id")
         prio = _priority(priority, "priority")
+        h = hash(gid)  # exact str: no user code
         lq_lock(&self._lock)
         try:
-            found = PyDict_GetItemWithError(self._groups, gid)  # exact str: cannot fail
-            if found != NULL and self._m_free >= 0:
+            slot = self._lookup(gid, h)
+            if slot >= 0 and self._m_free >= 0:
                 # Fast path: an existing group, a free message slot.
-                slot = <int32_t>(<object>found)
                 m = self._m_free
                 self._m_free = self._m_next[m]
                 self._seq = seq = self._seq + 1
@@ -526,7 +552,7 @@ cdef class InMemoryTransport:
                 self._messages += 1
                 rc = _OK
             else:
-                rc = self._publish_slow(gid, event, prio, found, &seq)
+                rc = self._publish_slow(gid, h, event, prio, slot, &seq)
         finally:
             lq_unlock(&self._lock)
         if rc != _OK:
@@ -548,7 +574,7 @@ cdef class InMemoryTransport:
         cdef str wid
         cdef double vis, now, expires_at = 0.0
         cdef int64_t minp
-        cdef int32_t lv, slot = -1, head
+        cdef int32_t lv = -1, slot = -1, head
         cdef int64_t seq = 0, attempt = 0
         cdef Group *g
         cdef Level *level
@@ -565,9 +591,11 @@ cdef class InMemoryTransport:
         now = self._now()
         lq_lock(&self._lock)
         try:
-            if self._x_size and self._x[0].at < now:
+            if self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+                lv = -2  # MemoryError, nothing changed
+            elif self._x_size and self._x[0].at < now:
                 self._expire(now)
-            lv = self._root
+            lv = self._root if lv != -2 else -2
             if lv >= 0:
                 level = &self._lv[lv]
                 if level.left < 0 and level.right < 0:
@@ -600,6 +628,8 @@ cdef class InMemoryTransport:
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
+            if lv == -2:
+                raise MemoryError()
             return None
         return _issue(seq, gid, event, wid, expires_at, attempt, self._owner, slot)
 
@@ -659,6 +689,8 @@ cdef class InMemoryTransport:
         lq_lock(&self._lock)
         try:
             slot = self._current(<Lease>lease)
+            if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+                slot = -2  # MemoryError, nothing changed
             if slot >= 0:
                 g = &self._g[slot]
                 if g.lock != _FREE:
@@ -679,6 +711,8 @@ cdef class InMemoryTransport:
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
+            if slot == -2:
+                raise MemoryError()
             raise LeaseLost(_lost_message(<Lease>lease))
 
     def extend(self, lease: Lease, visibility: float) -> Lease:
@@ -701,6 +735,8 @@ cdef class InMemoryTransport:
         lq_lock(&self._lock)
         try:
             slot = self._current(old)
+            if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+                slot = -2  # MemoryError, nothing changed
             if slot >= 0:
                 g = &self._g[slot]
                 if g.lock != _FREE:
@@ -716,6 +752,8 @@ cdef class InMemoryTransport:
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
+            if slot == -2:
+                raise MemoryError()
             raise LeaseLost(_lost_message(old))
         return _issue(
             old._cseq, old.group_id, old.event, old.worker_id, expires_at,
@@ -796,23 +834,22 @@ cdef class InMemoryTransport:
         return slot
 
     cdef int _publish_slow(
-        self, str gid, object event, int64_t prio, PyObject *found, int64_t *seq_out,
+        self, str gid, Py_hash_t h, object event, int64_t prio, int32_t found, int64_t *seq_out,
     ) except -1:
         """publish() when a group or a message slot must be created.
 
-        Every allocation comes first; once the dict holds the new group
-        nothing can fail.  Returns a result code (_OK, _NOMEM, _FULL).
+        Every allocation comes first, then the commit, which cannot fail.
+        Returns a result code (_OK, _NOMEM, _FULL).
         """
         cdef int32_t slot, m, lv = -1, node
         cdef Group *g
         cdef Level *level
         cdef int rc
-        cdef object slot_obj
         if self._m_free < 0:
             rc = self._grow_messages()
             if rc != _OK:
                 return rc
-        if found == NULL:
+        if found < 0:
             if self._g_free < 0:
                 rc = self._grow_groups()
                 if rc != _OK:
@@ -829,15 +866,15 @@ cdef class InMemoryTransport:
             rc = self._reserve_ready(node, self._lv[node].groups + 1 if lv >= 0 else 1)
             if rc != _OK:
                 return rc
-            rc = self._reserve_expiry(self._g_used + 1)
-            if rc != _OK:
-                return rc
-            slot = self._g_free
-            slot_obj = slot
-            if PyDict_SetItem(self._groups, gid, slot_obj) < 0:
-                return _NOMEM  # (PyDict_SetItem raises; see except -1)
+            if <size_t>(self._g_used + 1) * 2 > self._ids_mask:
+                rc = self._grow_ids()
+                if rc != _OK:
+                    return rc
             # --- commit: nothing below can fail
+            slot = self._g_free
             self._g_free = self._g[slot].head
+            self._g[slot].hash = h
+            self._ids_insert(slot)
             self._g_used += 1
             lq_list_swap(self._group_ids, slot, gid)
             if lv < 0:
@@ -855,7 +892,7 @@ cdef class InMemoryTransport:
                 self._root = self._treap_insert(self._root, node)
             self._lv[lv].groups += 1
         else:
-            slot = <int32_t>(<object>found)
+            slot = found
         m = self._m_free
         self._m_free = self._m_next[m]
         self._seq += 1
@@ -865,7 +902,7 @@ cdef class InMemoryTransport:
         lq_list_swap(self._events, m, event)
         self._messages += 1
         g = &self._g[slot]
-        if found != NULL:
+        if found >= 0:
             self._m_next[g.tail] = m
             g.tail = m
             g.count += 1
@@ -1000,9 +1037,8 @@ cdef class InMemoryTransport:
         cdef object gid
         if self._g_rpos[slot] >= 0:
             self._unready(slot)
+        self._ids_delete(slot)
         gid = lq_list_swap(self._group_ids, slot, None)
-        # Exact str key: no user code; cannot fail for a key that is present.
-        PyDict_DelItem(self._groups, gid)
         g.head = self._g_free
         self._g_free = slot
         self._g_used -= 1
@@ -1016,6 +1052,73 @@ cdef class InMemoryTransport:
             self._lv[lv].left = self._lv_free
             self._lv_free = lv
         return gid
+
+    # -- the group id table
+
+    cdef inline int32_t _lookup(self, str gid, Py_hash_t h) noexcept:
+        """The slot of group ``gid`` (hash ``h``), or -1."""
+        cdef size_t mask = self._ids_mask, i
+        cdef int32_t s
+        if self._ids == NULL:
+            return -1
+        i = <size_t>h & mask
+        while True:
+            s = self._ids[i]
+            if s < 0:
+                return -1
+            if self._g[s].hash == h and lq_str_eq(<PyObject *>gid, PyList_GET_ITEM(self._group_ids, s)):
+                return s
+            i = (i + 1) & mask
+
+    cdef inline void _ids_insert(self, int32_t slot) noexcept:
+        """Enter a group known to be absent (the table has room)."""
+        cdef size_t mask = self._ids_mask
+        cdef size_t i = <size_t>self._g[slot].hash & mask
+        while self._ids[i] >= 0:
+            i = (i + 1) & mask
+        self._ids[i] = slot
+
+    cdef void _ids_delete(self, int32_t slot) noexcept:
+        """Remove a group; later entries of its probe run shift back."""
+        cdef size_t mask = self._ids_mask
+        cdef size_t i = <size_t>self._g[slot].hash & mask, j, home
+        cdef int32_t s
+        while self._ids[i] != slot:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            s = self._ids[j]
+            if s < 0:
+                break
+            home = <size_t>self._g[s].hash & mask
+            # Move s into the hole at i unless its home lies in (i, j].
+            if ((j - home) & mask) >= ((j - i) & mask):
+                self._ids[i] = s
+                i = j
+        self._ids[i] = -1
+
+    cdef int _grow_ids(self) noexcept:
+        """Double the id table (rehashing every group into it)."""
+        cdef size_t old_size = self._ids_mask + 1 if self._ids != NULL else 0
+        cdef size_t size = old_size * 2 if old_size else 16
+        cdef size_t i
+        cdef int32_t *old = self._ids
+        cdef int32_t *table
+        if size > (<size_t>INT32_MAX) * 4:
+            return _FULL
+        table = <int32_t *>PyMem_Malloc(size * sizeof(int32_t))
+        if table == NULL:
+            return _NOMEM
+        for i in range(size):
+            table[i] = -1
+        self._ids = table
+        self._ids_mask = size - 1
+        for i in range(old_size):
+            if old[i] >= 0:
+                self._ids_insert(old[i])
+        PyMem_Free(old)
+        return _OK
 
     cdef inline void _unlock(self, int32_t slot) noexcept:
         """Release the group's lock and drop its expiry entry."""
