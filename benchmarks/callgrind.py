@@ -103,7 +103,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         per = (b - a) / (args.k2 - args.k1)
         rows.append({"impl": impl, "ir_k1": a, "ir_k2": b, "ir_per_cycle": per})
     ref = next((r["ir_per_cycle"] for r in rows if r["impl"] == "cython" and "ir_per_cycle" in r), None)
-    print(f"Instructions per publish+claim+ack cycle (N={args.n}, G={args.groups}; valgrind callgrind, PYTHONHASHSEED=0)")
+    print(
+        f"Instructions per publish+claim+ack cycle (N={args.n}, G={args.groups};"
+        " valgrind callgrind, PYTHONHASHSEED=0)"
+    )
     print()
     print("| implementation | instructions / cycle | / Cython |")
     print("|---|---:|---:|")

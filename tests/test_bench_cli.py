@@ -106,7 +106,8 @@ def test_json_has_every_implementation_and_key(smoke: Dict[str, Any]) -> None:
     workloads = {r["workload"] for r in report["results"]}
     assert workloads == {"cycle", "publish", "claim_ack", "nack", "expiry", "priority"}
     for r in report["results"]:
-        assert {"workload", "n", "groups", "impl", "median_ns", "min_ns", "max_ns", "samples_ns", "extrapolated"} <= set(r)
+        keys = {"workload", "n", "groups", "impl", "median_ns", "min_ns", "max_ns", "samples_ns", "extrapolated"}
+        assert keys <= set(r)
         assert r["n"] == 1000
         assert r["min_ns"] <= r["median_ns"] <= r["max_ns"]
         assert r["median_ns"] > 0
@@ -135,7 +136,13 @@ def test_memory_rows_per_implementation(smoke: Dict[str, Any]) -> None:
 def test_markdown_table_names_every_implementation(smoke: Dict[str, Any]) -> None:
     md = smoke["markdown"]
     assert smoke["stdout"].startswith(md.rstrip("\n")[:200])
-    labels = {"cython": "Cython", "floor": "floor stub", "pure": "pure Python", "queue": "queue.Queue", "seed": "seed algorithm"}
+    labels = {
+        "cython": "Cython",
+        "floor": "floor stub",
+        "pure": "pure Python",
+        "queue": "queue.Queue",
+        "seed": "seed algorithm",
+    }
     header = next(line for line in md.splitlines() if line.startswith("| N | G |"))
     for impl in _expected_impls():
         assert labels[impl] in header
