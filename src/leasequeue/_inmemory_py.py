@@ -218,8 +218,8 @@ def _check_duration(value: Any, name: str) -> float:
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             seconds = float(value)
-        except OverflowError:  # an int beyond float range: it never expires either
-            seconds = _INF
+        except OverflowError:  # an int beyond float range: as good as infinite
+            seconds = _INF if value > 0 else -_INF
     else:
         raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
     if not seconds >= 0.0:  # also catches NaN
