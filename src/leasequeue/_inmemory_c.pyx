@@ -13,7 +13,7 @@ there.  Here the same structures live in C arrays:
 * messages: struct of arrays ``seq`` / ``next`` (a singly linked FIFO per
   group), events in a ``list`` indexed by the same slot so the garbage
   collector sees them.
-* ready groups: an indexed binary heap per priority level, keyed by the
+* ready groups: an indexed 4-ary heap per priority level, keyed by the
   round-robin key; the levels form a treap whose nodes know the smallest
   ready key of their subtree (claim with a priority floor is one walk).
 * locked groups with a finite expiry: an indexed min-heap keyed by expiry.
@@ -1186,7 +1186,7 @@ cdef class InMemoryTransport:
         cdef int32_t parent
         cdef int32_t *rpos = self._g_rpos
         while pos > 0:
-            parent = (pos - 1) >> 1
+            parent = (pos - 1) >> 2
             if heap[parent].key <= key:
                 break
             heap[pos] = heap[parent]
@@ -1202,7 +1202,8 @@ cdef class InMemoryTransport:
         cdef Level *level = &self._lv[lv]
         cdef ReadyEntry *heap = level.heap
         cdef int32_t *rpos = self._g_rpos
-        cdef int32_t n, child, end
+        cdef int32_t n, child, c, stop, end
+        cdef int64_t ckey
         cdef ReadyEntry last
         rpos[heap[pos].group] = -1
         level.size -= 1
@@ -1210,20 +1211,30 @@ cdef class InMemoryTransport:
         if pos == end:
             return
         last = heap[end]
-        if pos > 0 and heap[(pos - 1) >> 1].key > last.key:
+        if pos > 0 and heap[(pos - 1) >> 2].key > last.key:
             self._ready_sift_up(heap, pos, last.key, last.group)
             return
-        # Sift the hole down to a leaf along the smaller children, then up
-        # (heapq's strategy: fewer comparisons, ``last`` is usually large).
+        # Sift the hole down to a leaf along the smallest children, then up
+        # (heapq's strategy: ``last`` is usually large and belongs low).
+        # A 4-ary heap: half the depth of a binary one, and a node's four
+        # children share one or two cache lines.
         n = pos
-        child = 2 * n + 1
+        child = 4 * n + 1
         while child < end:
-            if child + 1 < end and heap[child + 1].key < heap[child].key:
-                child += 1
+            stop = child + 4
+            if stop > end:
+                stop = end
+            ckey = heap[child].key
+            c = child + 1
+            while c < stop:
+                if heap[c].key < ckey:
+                    child = c
+                    ckey = heap[c].key
+                c += 1
             heap[n] = heap[child]
             rpos[heap[n].group] = n
             n = child
-            child = 2 * n + 1
+            child = 4 * n + 1
         self._ready_sift_up_bounded(heap, n, pos, last.key, last.group)
 
     cdef inline void _ready_sift_up_bounded(
@@ -1232,7 +1243,7 @@ cdef class InMemoryTransport:
         cdef int32_t parent
         cdef int32_t *rpos = self._g_rpos
         while pos > top:
-            parent = (pos - 1) >> 1
+            parent = (pos - 1) >> 2
             if heap[parent].key <= key:
                 break
             heap[pos] = heap[parent]
