@@ -33,7 +33,8 @@ import tempfile
 from typing import Dict, List, Optional
 
 DEFAULT_IMPLS = ["cython", "floor", "pure", "queue"]
-_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+_COLLECTED = re.compile(r"Collected\s*:\s*([\d ]+)")
+_EVENTS = re.compile(r"Events\s*:\s*([\w ]+)")
 
 
 def _env() -> Dict[str, str]:
@@ -45,15 +46,17 @@ def _env() -> Dict[str, str]:
     return env
 
 
-def instructions(impl: str, n: int, g: int, k: int, kmax: int, python: str) -> int:
-    """Total instructions (Ir) of one run: prefill ``n`` in ``g`` groups, then
-    ``k`` cycles (the list of publish targets is built for ``kmax``)."""
+def instructions(impl: str, n: int, g: int, k: int, kmax: int, python: str, cache_sim: bool = False) -> Dict[str, int]:
+    """Event totals of one run (``Ir``; with ``cache_sim`` also ``D1mr``,
+    ``D1mw``, ...): prefill ``n`` in ``g`` groups, then ``k`` cycles (the
+    list of publish targets is built for ``kmax``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         cmd = [
             "valgrind",
             "--tool=callgrind",
             f"--callgrind-out-file={out}",
+            f"--cache-sim={'yes' if cache_sim else 'no'}",
             python,
             "-m",
             "leasequeue._bench",
@@ -70,7 +73,9 @@ def instructions(impl: str, n: int, g: int, k: int, kmax: int, python: str) -> i
         m = _COLLECTED.search(proc.stderr)
         if not m:
             raise RuntimeError(f"{impl}: no 'Collected' line in callgrind output:\n{proc.stderr[-2000:]}")
-        return int(m.group(1))
+        names = _EVENTS.search(proc.stderr)
+        keys = names.group(1).split() if names else ["Ir"]
+        return dict(zip(keys, (int(x) for x in m.group(1).split())))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -83,6 +88,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--k2", type=int, default=11_000, help="cycles in the second run")
     ap.add_argument("--python", default=sys.executable, help="interpreter to run")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument(
+        "--cache-sim", action="store_true", help="also simulate the caches: L1 data read/write misses per cycle"
+    )
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
         sys.stderr.write("valgrind not found on PATH (apt-get install valgrind)\n")
@@ -94,28 +102,36 @@ def main(argv: Optional[List[str]] = None) -> int:
     for impl in impls:
         sys.stderr.write(f"callgrind: {impl} (N={args.n}, G={args.groups}, K={args.k1} and {args.k2}) ...\n")
         try:
-            a = instructions(impl, args.n, args.groups, args.k1, args.k2, args.python)
-            b = instructions(impl, args.n, args.groups, args.k2, args.k2, args.python)
+            a = instructions(impl, args.n, args.groups, args.k1, args.k2, args.python, args.cache_sim)
+            b = instructions(impl, args.n, args.groups, args.k2, args.k2, args.python, args.cache_sim)
         except RuntimeError as exc:
             sys.stderr.write(f"  skipped: {str(exc).splitlines()[0]}\n")
             rows.append({"impl": impl, "error": str(exc)[-500:]})
             continue
-        per = (b - a) / (args.k2 - args.k1)
-        rows.append({"impl": impl, "ir_k1": a, "ir_k2": b, "ir_per_cycle": per})
+        per = {key: (b[key] - a[key]) / (args.k2 - args.k1) for key in b}
+        row = {"impl": impl, "ir_k1": a["Ir"], "ir_k2": b["Ir"], "ir_per_cycle": per["Ir"]}
+        if args.cache_sim:
+            row["d1_read_misses_per_cycle"] = per.get("D1mr")
+            row["d1_write_misses_per_cycle"] = per.get("D1mw")
+        rows.append(row)
     ref = next((r["ir_per_cycle"] for r in rows if r["impl"] == "cython" and "ir_per_cycle" in r), None)
     print(
         f"Instructions per publish+claim+ack cycle (N={args.n}, G={args.groups};"
         " valgrind callgrind, PYTHONHASHSEED=0)"
     )
     print()
-    print("| implementation | instructions / cycle | / Cython |")
-    print("|---|---:|---:|")
+    extra = " L1d read misses / cycle | L1d write misses / cycle |" if args.cache_sim else ""
+    print("| implementation | instructions / cycle | / Cython |" + extra)
+    print("|---|---:|---:|" + ("---:|---:|" if args.cache_sim else ""))
     for r in rows:
         if "ir_per_cycle" not in r:
-            print(f"| {r['impl']} | error | |")
+            print(f"| {r['impl']} | error | |" + (" | |" if args.cache_sim else ""))
             continue
         rel = f"{r['ir_per_cycle'] / ref:.2f}×" if ref else "-"
-        print(f"| {r['impl']} | {r['ir_per_cycle']:,.0f} | {rel} |")
+        cells = f"| {r['impl']} | {r['ir_per_cycle']:,.0f} | {rel} |"
+        if args.cache_sim:
+            cells += f" {r['d1_read_misses_per_cycle']:.1f} | {r['d1_write_misses_per_cycle']:.1f} |"
+        print(cells)
     if args.json:
         meta = {"n": args.n, "groups": args.groups, "k1": args.k1, "k2": args.k2, "python": sys.version.split()[0]}
         with open(args.json, "w", encoding="utf-8") as f:
