@@ -7,9 +7,11 @@ docstrings and error messages as the pure module; the algorithm is explained
 there.  Here the same structures live in C arrays:
 
 * groups: an array of ``Group`` structs (one cache line each: the fields a
-  claim touches together), interned from the group id through a dict
-  ``str -> slot``; freed slots are chained in a free list.  Only a group's
-  head message can be leased or parked, so lock state lives on the group.
+  claim touches together); freed slots are chained in a free list.  A group
+  id finds its slot through an open-addressing table of slots (4 bytes an
+  entry; the id's hash is kept on the group, the id itself in a list by
+  slot).  Only a group's head message can be leased or parked, so lock
+  state lives on the group.
 * messages: struct of arrays ``seq`` / ``next`` (a singly linked FIFO per
   group), events in a ``list`` indexed by the same slot so the garbage
   collector sees them.
@@ -18,11 +20,14 @@ there.  Here the same structures live in C arrays:
   ready key of their subtree (claim with a priority floor is one walk).
 * locked groups with a finite expiry: an indexed min-heap keyed by expiry.
 
-Every capacity a later operation could need (heap slots) is reserved when a
-group is created, so only ``publish`` ever allocates, and it allocates
-before it changes anything: a ``MemoryError`` leaves the transport as it was.
+Memory is only allocated before anything changes, so a ``MemoryError``
+leaves the transport as it was: ``publish`` grows the message, group, id
+table and level arrays first and reserves a ready-heap slot for every group
+of a level; ``claim``, ``nack`` and ``extend`` first make room for one more
+expiry entry.  ``ack``, expiry and ``stats`` never allocate.
 
-Locking: one ``cython.pymutex``.  No user code runs under it and no object
+Locking: one lock (``PyMutex`` on 3.13+, as ``cython.pymutex``; the GIL
+before 3.13, see ``lq_mutex`` below for why that is sound and faster).  No user code runs under it and no object
 the garbage collector tracks is allocated under it (a collection could run
 a finaliser that calls back into this transport): the clock is read and str
 subclasses are converted before it, leases, results and exceptions are
@@ -84,16 +89,20 @@ cdef extern from *:
        because nothing in them can release the GIL: they run no Python code
        (no user __hash__/__eq__, no finaliser, no clock), allocate no object
        the garbage collector tracks (so no collection starts), and only call
-       dict/list/memory C-API functions that never release it.  ``held``
-       then only documents and, in debug builds, asserts that. */
+       list/memory C-API functions that never release it.  ``held`` checks
+       that: re-entry (which a real lock would turn into a deadlock) stops
+       the process instead of corrupting the structures. */
     #if PY_VERSION_HEX >= 0x030d0000
     typedef PyMutex lq_mutex;
     #define lq_lock(m) PyMutex_Lock(m)
     #define lq_unlock(m) PyMutex_Unlock(m)
     #else
-    #include <assert.h>
     typedef struct { char held; } lq_mutex;
-    #define lq_lock(m) (assert(!(m)->held), (m)->held = 1)
+    static CYTHON_INLINE void lq_lock(lq_mutex *m) {
+        if (m->held)
+            Py_FatalError("leasequeue: InMemoryTransport lock re-entered");
+        m->held = 1;
+    }
     #define lq_unlock(m) ((m)->held = 0)
     #endif
 
@@ -422,6 +431,7 @@ cdef class InMemoryTransport:
     """
 
     cdef lq_mutex _lock
+    cdef object __weakref__
     cdef object _clock
     cdef bint _wall_clock           # clock is time.time: read it in C
     cdef object _owner              # stamped on every lease this transport issues
