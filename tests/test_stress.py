@@ -86,6 +86,7 @@ class StressConfig:
     groups: int = 3000
     messages: Optional[int] = 6000  # stop publishing after this many...
     duration: Optional[float] = None  # ...or after this many (real) seconds
+    max_backlog: int = 4000  # publishers wait while more messages than this are unacked
     checkpoints: int = 2  # quiescent mid-run comparisons of stats()/len() with the log
     seed: int = 0
     hang_timeout: float = 60.0  # no ack for this long: stuck (fail instead of hanging; not a perf bound)
@@ -229,7 +230,7 @@ class _Run:
         names = self.group_names
         while not self.done:
             self._maybe_pause()
-            if not self.publishing:
+            if not self.publishing or len(log.published) - len(log.acked) > self.cfg.max_backlog:
                 self._idle()
                 continue
             with self.publish_lock:
