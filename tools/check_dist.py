@@ -157,6 +157,15 @@ class Checker:
     def setup(self) -> str:
         self.tree.mkdir(parents=True)
         snapshot(self.tree)
+        untracked = subprocess.run(
+            ["git", "ls-files", "-o", "--exclude-standard", "--", "src", "tests", "setup.py", "pyproject.toml"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=True,
+        ).stdout.split()
+        if untracked:
+            self.notes.append(f"checked files that are not committed (a clean clone lacks them): {untracked}")
         # What the sdist must hold, taken before any build writes into the tree.
         self.source_files = sorted(
             str(p.relative_to(self.tree)).replace(os.sep, "/")
