@@ -738,3 +738,43 @@ def test_str_subclass_ids_are_stored_as_exact_str(transport: Any) -> None:
     with pytest.raises(ValueError):
         transport.claim(Name("__parked__"), 10)
     assert lease_key(lease)[0] == 1
+
+
+def test_gc_finaliser_calling_back_during_operations(transport: Any) -> None:
+    """Any finaliser is user code, including one the cycle collector runs in
+    the middle of an operation: it may use the transport (no deadlock) and
+    must see it whole.  A collection threshold of 1 makes collections happen
+    at almost every allocation, so one inside the locked region would run a
+    finaliser there."""
+    fired: list[int] = []
+
+    class Garbage:
+        def __init__(self) -> None:
+            self.me = self  # freed only by the cycle collector
+
+        def __del__(self) -> None:
+            fired.append(len(transport))
+            transport.publish("from-finaliser", len(fired))
+
+    acked: list[int] = []
+
+    def work() -> None:
+        for i in range(3000):
+            Garbage()
+            transport.publish(f"g{i % 50}", i)
+            lease = transport.claim("w", 10)
+            if lease is not None:
+                transport.ack(lease)
+                acked.append(lease.seq)
+            transport.stats()
+
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        _run_with_deadline(work)
+    finally:
+        gc.set_threshold(*old)
+    gc.collect()
+    assert len(fired) == 3000
+    assert len(transport) + len(acked) == 3000 + 3000  # every publish is there or acked
+    assert len(set(acked)) == len(acked)
