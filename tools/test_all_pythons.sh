@@ -19,7 +19,7 @@ find_pythons() {
   local seen=" " py real
   {
     if command -v pyenv >/dev/null 2>&1; then
-      for py in "$(pyenv root)"/versions/3.*/bin/python3; do echo "$py"; done
+      printf '%s\n' "$(pyenv root)"/versions/3.*/bin/python3 | sort -V
     fi
     for v in 9 10 11 12 13 14; do
       command -v "python3.$v" 2>/dev/null
@@ -30,7 +30,7 @@ find_pythons() {
     # CPython 3.9 or newer only, and each interpreter once.
     "$py" -c 'import sys; sys.exit(not (sys.implementation.name == "cpython" and sys.version_info >= (3, 9)))' \
       2>/dev/null || continue
-    real="$("$py" -c 'import sys; print(sys.executable)')"
+    real="$("$py" -c 'import os, sys; print(os.path.realpath(sys.executable))')"
     case "$seen" in *" $real "*) continue ;; esac
     seen="$seen$real "
     echo "$py"
