@@ -145,7 +145,14 @@ def bad_calls() -> list[Callable[[Any, Any], Any]]:
 
 
 BAD_CALLS = bad_calls()
-BAD_CLOCK_VALUES = [RuntimeError("clock broke"), NAN, "noon", True, math.inf, -math.inf, None]
+class Seconds(float):
+    """A float subclass a clock may return: converted to an exact float."""
+
+
+#: what a misbehaving clock returns for one operation: errors, and a few
+#: valid surprises (an int, a float subclass, a jump far ahead or back)
+BAD_CLOCK_VALUES = [RuntimeError("clock broke"), NAN, "noon", True, math.inf, -math.inf, None, 10**400,
+                    1500, Seconds(1234.5), 2**70, -5.0]
 
 
 def perform(side: Side, op: tuple[Any, ...], leases: list[tuple[Any, ...]], index: int) -> Any:
@@ -439,7 +446,7 @@ def random_ops(
             else:
                 recent = rng.randrange(max(1, n_leases))
             if kind == "publish":
-                event = object() if rng.random() < 0.5 else [len(events)]
+                event = rng.choice([object, list, lambda: None])()
                 events.append(event)
                 yield ("publish", rng.choice(names), event, rng.choice(PRIORITIES))
             elif kind == "claim":
