@@ -118,9 +118,15 @@ class Referee:
         self._groups: dict[str, dict[str, Any]] = {}
         self._seq = 0
         self._claims = 0  # the round-robin key: claim order, not a timestamp
+        self._latest = -math.inf  # the transport's time never runs back (decisions.md)
 
     def _now(self) -> float:
         return check_clock_value(self._clock())
+
+    def _use(self, now: float) -> float:
+        """The time an operation acts at: never before one already used."""
+        self._latest = max(self._latest, now)
+        return self._latest
 
     # -- the seed's operations ------------------------------------------------
 
@@ -157,7 +163,7 @@ class Referee:
         worker_id = check_worker_id(worker_id)
         visibility = check_duration(visibility)
         min_priority = check_priority(min_priority)
-        now = self._now()
+        now = self._use(self._now())
         self._expire(now)
         # after _expire every remaining lock has lock_expiry >= now: in flight
         in_flight = {m["group_id"] for m in self._messages if m["locked_by"] is not None}
@@ -214,6 +220,7 @@ class Referee:
         now = self._now() if delay > 0 else None
         m = self._current(lease)
         if now is not None:
+            now = self._use(now)
             m["locked_by"] = PARKED
             m["lock_expiry"] = now + delay
         else:
@@ -226,12 +233,13 @@ class Referee:
         visibility = check_duration(visibility)
         now = self._now()
         m = self._current(lease)
+        now = self._use(now)
         m["locked_by"] = lease.worker_id  # re-locks even if its time ran out
         m["lock_expiry"] = now + visibility
         return lease._replace(expires_at=m["lock_expiry"])
 
     def stats(self) -> RefStats:
-        now = self._now()
+        now = self._use(self._now())
         self._expire(now)
         return RefStats(
             messages=len(self._messages),

@@ -390,7 +390,10 @@ class InMemoryTransport:
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``, ``extend``,
     ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
-    held.  Every method is atomic and thread-safe.
+    held.  The transport's time never runs backwards: an operation whose
+    clock reading is older than a time an earlier operation used (a racing
+    thread, or a clock turned back) uses that later time instead.  Every
+    method is atomic and thread-safe.
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -406,6 +409,10 @@ class InMemoryTransport:
         self._expiry: List[Tuple[float, int, _Group]] = []
         self._live_expiry = 0  # entries of _expiry that are not stale
         self._tick = 0
+        # The latest time any operation used: an operation whose clock read
+        # is older (another thread got the lock first, or the clock went
+        # back) uses this instead, so the transport's time never runs back.
+        self._time = -_INF
         self._seq = 0
         self._claims = 0
         self._messages = 0
@@ -463,6 +470,10 @@ class InMemoryTransport:
         if type(now) is not float or now - now != 0.0:
             now = _check_time(now)
         with self._lock:
+            if now < self._time:  # another thread already used a later time
+                now = self._time
+            else:
+                self._time = now
             expiry = self._expiry
             if expiry and expiry[0][0] < now:
                 self._expire(now)
@@ -554,6 +565,11 @@ class InMemoryTransport:
         now = _check_time(self._clock()) if delay > 0.0 else 0.0
         with self._lock:
             group = self._current(lease)
+            if group is not None and delay > 0.0:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
             if group is not None:
                 self._unlock(group)
                 group.open = False
@@ -587,6 +603,10 @@ class InMemoryTransport:
         with self._lock:
             group = self._current(lease)
             if group is not None:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
                 self._unlock(group)
                 if group.ready_key is not None:
                     self._unready(group)
@@ -609,6 +629,10 @@ class InMemoryTransport:
         """
         now = _check_time(self._clock())
         with self._lock:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
             expiry = self._expiry
             if expiry and expiry[0][0] < now:
                 self._expire(now)
