@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Regenerate benchmarks/results/: one full run (tables, JSON, plot), the
+# callgrind instruction counts, and the machine description.
+# Usage: benchmarks/make_results.sh   (from a checkout, after tools/build_inplace.sh)
+# Extra arguments go to `leasequeue bench`, e.g. --repeats 7 on a slow machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+out=benchmarks/results
+mkdir -p "$out"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+{
+  echo "date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+  echo "cores: $(nproc)"
+  if command -v lscpu > /dev/null; then
+    lscpu | grep -E '^(L1d|L2|L3) cache' | sed 's/  */ /g' || true
+  fi
+  echo "memory: $(free -h | awk '/^Mem:/ {print $2}')"
+  echo "kernel: $(uname -srm)"
+  echo "python: $("$PY" -c 'import sys; print(sys.version.replace(chr(10), " "))')"
+  echo "cython: $("$PY" -c 'import Cython; print(Cython.__version__)' 2>/dev/null || echo none)"
+  echo "leasequeue: $("$PY" -m leasequeue --version)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$out/machine.txt"
+"$PY" -m leasequeue bench --full --markdown "$out/full.md" --json "$out/full.json" --plot "$out/cycle.png" "$@" > /dev/null
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
+if command -v valgrind > /dev/null; then
+  "$PY" benchmarks/callgrind.py --json "$out/callgrind.json" > "$out/callgrind.md"
+else
+  echo "valgrind not installed: callgrind.md not regenerated" >&2
+fi
+echo "results written to $out/"
