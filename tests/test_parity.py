@@ -144,10 +144,10 @@ def test_transport_constructor_contract(pure: ModuleType, compiled: ModuleType) 
         t = cls()  # default: time.time
         t.publish("g", "e")
         assert before + 100 <= t.claim("w", 100).expires_at <= time.time() + 100
-        for bad_call in (lambda: cls(clock=FakeClock(), extra=1), lambda: cls(FakeClock(), FakeClock()),
-                         lambda: cls(time=time.time), lambda: cls(clock=None)):
+        for args, kwargs in (((), {"clock": FakeClock(), "extra": 1}), ((FakeClock(), FakeClock()), {}),
+                             ((), {"time": time.time}), ((), {"clock": None})):
             with pytest.raises(TypeError):
-                bad_call()
+                cls(*args, **kwargs)
 
 
 def test_lease_constructor_contract(pure: ModuleType, compiled: ModuleType) -> None:
