@@ -181,6 +181,48 @@ def test_stats_observes_expiry_permanently(transport: Any, clock: FakeClock) -> 
     assert transport.claim("w2", 10) is not None
 
 
+@pytest.mark.parametrize(
+    "op",
+    [lambda t, lease: t.claim("w", 1, 10**9), lambda t, lease: t.stats(), lambda t, lease: t.extend(lease, 1),
+     lambda t, lease: t.nack(lease, 1)],
+    ids=["claim", "stats", "extend", "nack-park"],
+)
+def test_time_never_runs_backwards(make_transport: Callable[..., Any], op: Callable[[Any, Any], Any]) -> None:
+    """decisions.md: an operation acts at max(clock(), the latest time used)."""
+    clock = FakeClock()
+    t = make_transport(clock=clock)
+    t.publish("g", "e")
+    t.publish("h", "e")
+    lease = t.claim("w", 5)
+    clock.advance(100)  # 1100
+    op(t, lease)  # acts at 1100
+    clock.advance(-60)  # the clock says 1040
+    assert t.claim("w", 5).expires_at == 1105.0  # not 1045
+
+
+@pytest.mark.parametrize(
+    "op, error",
+    [(lambda t, stale: t.extend(stale, 1), "LeaseLost"), (lambda t, stale: t.nack(stale, 1), "LeaseLost"),
+     (lambda t, stale: t.claim("w", 1, 2**63), "OverflowError")],
+    ids=["extend-stale", "nack-park-stale", "claim-bad-floor"],
+)
+def test_failed_call_does_not_move_the_transport_time(
+    make_transport: Callable[..., Any], op: Callable[[Any, Any], Any], error: str
+) -> None:
+    clock = FakeClock()
+    t = make_transport(clock=clock)
+    t.publish("g", "e")
+    t.publish("h", "e")
+    stale = t.claim("w", 5)
+    t.nack(stale)
+    clock.advance(1000)  # 2000
+    with pytest.raises(Exception) as info:
+        op(t, stale)
+    assert type(info.value).__name__ == error
+    clock.advance(-500)  # 1500
+    assert t.claim("w", 5).expires_at == 1505.0
+
+
 # -- park ---------------------------------------------------------------------
 
 
