@@ -818,3 +818,28 @@ def test_gc_finaliser_calling_back_during_operations(transport: Any) -> None:
     assert len(fired) == 3000
     assert len(transport) + len(acked) == 3000 + 3000  # every publish is there or acked
     assert len(set(acked)) == len(acked)
+
+
+@pytest.mark.parametrize("through", ["transport", "lease"])
+def test_cycles_through_held_events_are_collected(make_transport: Callable[..., Any], through: str) -> None:
+    """Events are held by reference where the cycle collector sees them: an
+    event that refers back to its transport (or to its lease) is freed."""
+    import weakref
+
+    class Event:
+        pass
+
+    t = make_transport(clock=FakeClock())
+    event = Event()
+    t.publish("g", event)
+    t.publish("g", Event())
+    lease = t.claim("w", 10)
+    if through == "transport":
+        event.back = t  # type: ignore[attr-defined]
+    else:
+        event.back = lease  # type: ignore[attr-defined]
+        t.ack(lease)  # only the lease <-> event cycle holds it now
+    alive = weakref.ref(event)
+    del t, event, lease
+    gc.collect()
+    assert alive() is None
