@@ -118,6 +118,24 @@ cdef extern from *:
         PyList_SET_ITEM(list, i, v);
         return old;
     }
+    /* Move list[i] out (the caller owns it), leaving None there. */
+    static CYTHON_INLINE PyObject *lq_list_take(PyObject *list, Py_ssize_t i) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(list, i, Py_None);
+        return item;
+    }
+    /* Put an owned reference at list[i], which holds None. */
+    static CYTHON_INLINE void lq_list_put(PyObject *list, Py_ssize_t i, PyObject *item) {
+        PyObject *old = PyList_GET_ITEM(list, i);
+        PyList_SET_ITEM(list, i, item);
+        Py_DECREF(old);
+    }
+    /* Drop list[n:] (all None) if the list can shrink; never raises. */
+    static void lq_list_truncate(PyObject *list, Py_ssize_t n) {
+        if (PyList_GET_SIZE(list) > n && PyList_SetSlice(list, n, PyList_GET_SIZE(list), NULL) < 0)
+            PyErr_Clear();  /* keep the longer list: len(list) >= capacity still holds */
+    }
     /* A new reference to list[i]. */
     static CYTHON_INLINE PyObject *lq_list_get(PyObject *list, Py_ssize_t i) {
         PyObject *item = PyList_GET_ITEM(list, i);
@@ -133,6 +151,10 @@ cdef extern from *:
     object lq_list_swap(object lst, Py_ssize_t i, object v)
     object lq_list_get(object lst, Py_ssize_t i)
     int lq_str_eq(PyObject *a, PyObject *b) noexcept
+    PyObject *lq_list_take(object lst, Py_ssize_t i) noexcept
+    void lq_list_put(object lst, Py_ssize_t i, PyObject *item) noexcept
+    void lq_list_truncate(object lst, Py_ssize_t n) noexcept
+    Py_hash_t lq_str_hash "PyObject_Hash"(object s) noexcept
     PyObject *PyList_GET_ITEM(object lst, Py_ssize_t i)
 
 
@@ -147,6 +169,13 @@ cdef enum:
     _OK = 0
     _NOMEM = 2
     _FULL = 3
+
+# Storage shrinks (compacting live entries to the front) when less than a
+# quarter of it is in use, down to these sizes.
+cdef enum:
+    _MIN_MESSAGE_CAP = 1024
+    _MIN_GROUP_CAP = 256
+    _MIN_HEAP_CAP = 16
 
 # Never-claimed groups are keyed ``first seq - 2**62``: before every claimed
 # group (keyed by claim number >= 1).
@@ -675,6 +704,8 @@ cdef class InMemoryTransport:
                     spent_id = self._forget(slot)
                 elif self._g_rpos[slot] < 0:
                     self._make_ready(slot)
+                if self._m_cap > _MIN_MESSAGE_CAP and self._messages * 4 < self._m_cap:
+                    self._compact_messages()
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
@@ -831,15 +862,17 @@ cdef class InMemoryTransport:
         cdef Group *g
         if lease._owner is not self._owner:
             return -1
-        if slot < 0 or slot >= self._g_cap:
-            return -1
-        g = &self._g[slot]
-        if (
-            g.count == 0
-            or not g.open
-            or g.attempt != lease._cattempt
-            or self._m_seq[g.head] != lease._cseq
+        if slot < 0 or slot >= self._g_cap or self._g[slot].count == 0 or (
+            self._m_seq[self._g[slot].head] != lease._cseq
         ):
+            # Not at the slot it was issued for: acked, or the group moved
+            # when the group array was compacted.  Find the group by id (an
+            # issued lease's group_id is an exact str: no user code).
+            slot = self._lookup(<str>lease.group_id, lq_str_hash(lease.group_id))
+            if slot < 0 or self._m_seq[self._g[slot].head] != lease._cseq:
+                return -1
+        g = &self._g[slot]
+        if not g.open or g.attempt != lease._cattempt:
             return -1
         return slot
 
@@ -1061,7 +1094,151 @@ cdef class InMemoryTransport:
             self._lv[lv].size = 0
             self._lv[lv].left = self._lv_free
             self._lv_free = lv
+        elif self._lv[lv].cap > _MIN_HEAP_CAP and self._lv[lv].groups * 4 < self._lv[lv].cap:
+            self._shrink_ready(lv)
+        if self._g_cap > _MIN_GROUP_CAP and self._g_used * 4 < self._g_cap:
+            self._compact_groups()
         return gid
+
+    # -- giving memory back (best effort: a failed allocation skips it)
+
+    cdef void _shrink_ready(self, int32_t lv) noexcept:
+        cdef Level *level = &self._lv[lv]
+        cdef int64_t new_cap = level.groups * 2
+        cdef void *p
+        if new_cap < _MIN_HEAP_CAP:
+            new_cap = _MIN_HEAP_CAP
+        p = PyMem_Realloc(level.heap, <size_t>new_cap * sizeof(ReadyEntry))
+        if p != NULL:
+            level.heap = <ReadyEntry *>p
+            level.cap = <int32_t>new_cap
+
+    cdef void _compact_messages(self) noexcept:
+        """Renumber live messages 0..n-1 (group by group) into smaller arrays."""
+        cdef int64_t live = self._messages
+        cdef int64_t new_cap = live * 2
+        cdef int64_t *seq
+        cdef int32_t *nxt
+        cdef PyObject **moved
+        cdef int32_t s, m, following, k = 0, i
+        cdef Group *g
+        if new_cap < _MIN_MESSAGE_CAP:
+            new_cap = _MIN_MESSAGE_CAP
+        if new_cap >= self._m_cap:
+            return
+        seq = <int64_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int64_t))
+        nxt = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
+        moved = <PyObject **>PyMem_Malloc(<size_t>(live + 1) * sizeof(PyObject *))
+        if seq == NULL or nxt == NULL or moved == NULL:
+            PyMem_Free(seq)
+            PyMem_Free(nxt)
+            PyMem_Free(moved)
+            return
+        for s in range(self._g_cap):
+            g = &self._g[s]
+            if g.count == 0:
+                continue
+            m = g.head
+            g.head = k
+            while m >= 0:
+                seq[k] = self._m_seq[m]
+                moved[k] = lq_list_take(self._events, m)
+                following = self._m_next[m]
+                if following >= 0:
+                    nxt[k] = k + 1
+                else:
+                    nxt[k] = -1
+                    g.tail = k
+                k += 1
+                m = following
+        for i in range(k):
+            lq_list_put(self._events, i, moved[i])
+        PyMem_Free(moved)
+        self._m_free = -1
+        for i in range(<int32_t>new_cap - 1, k - 1, -1):
+            nxt[i] = self._m_free
+            self._m_free = i
+        PyMem_Free(self._m_seq)
+        PyMem_Free(self._m_next)
+        self._m_seq = seq
+        self._m_next = nxt
+        self._m_cap = <int32_t>new_cap
+        lq_list_truncate(self._events, new_cap)
+
+    cdef void _compact_groups(self) noexcept:
+        """Renumber live groups 0..n-1 into smaller arrays and a new id table.
+
+        Leases keep the slot they were issued with; ``_current`` finds a
+        moved group again by its id.
+        """
+        cdef int64_t live = self._g_used
+        cdef int64_t new_cap = live * 2
+        cdef size_t ids_size = 16, i
+        cdef Group *groups
+        cdef int32_t *rpos
+        cdef int32_t *xpos
+        cdef int32_t *remap
+        cdef int32_t *ids
+        cdef int32_t s, k = 0, j, lv
+        cdef Level *level
+        if new_cap < _MIN_GROUP_CAP:
+            new_cap = _MIN_GROUP_CAP
+        if new_cap >= self._g_cap:
+            return
+        while ids_size < <size_t>(live + 1) * 2 + 1:
+            ids_size *= 2
+        groups = <Group *>PyMem_Malloc(<size_t>new_cap * sizeof(Group))
+        rpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
+        xpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
+        remap = <int32_t *>PyMem_Malloc(<size_t>self._g_cap * sizeof(int32_t))
+        ids = <int32_t *>PyMem_Malloc(ids_size * sizeof(int32_t))
+        if groups == NULL or rpos == NULL or xpos == NULL or remap == NULL or ids == NULL:
+            PyMem_Free(groups)
+            PyMem_Free(rpos)
+            PyMem_Free(xpos)
+            PyMem_Free(remap)
+            PyMem_Free(ids)
+            return
+        for s in range(self._g_cap):
+            if self._g[s].count == 0:
+                remap[s] = -1
+                continue
+            remap[s] = k
+            groups[k] = self._g[s]
+            rpos[k] = self._g_rpos[s]
+            xpos[k] = self._g_xpos[s]
+            if k != s:  # k < s: position k already gave its id away (or had none)
+                lq_list_put(self._group_ids, k, lq_list_take(self._group_ids, s))
+            k += 1
+        self._g_free = -1
+        for j in range(<int32_t>new_cap - 1, k - 1, -1):
+            groups[j].count = 0
+            groups[j].head = self._g_free
+            rpos[j] = -1
+            xpos[j] = -1
+            self._g_free = j
+        for lv in range(self._lv_cap):
+            level = &self._lv[lv]
+            for j in range(level.size):
+                level.heap[j].group = remap[level.heap[j].group]
+        for j in range(self._x_size):
+            self._x[j].group = remap[self._x[j].group]
+        PyMem_Free(remap)
+        PyMem_Free(self._g)
+        PyMem_Free(self._g_rpos)
+        PyMem_Free(self._g_xpos)
+        PyMem_Free(self._ids)
+        self._g = groups
+        self._g_rpos = rpos
+        self._g_xpos = xpos
+        self._g_cap = <int32_t>new_cap
+        self._ids = ids
+        self._ids_mask = ids_size - 1
+        for i in range(ids_size):
+            ids[i] = -1
+        for j in range(k):
+            self._ids_insert(j)
+        lq_list_truncate(self._group_ids, new_cap)
 
     # -- the group id table
 
@@ -1415,9 +1592,16 @@ cdef class InMemoryTransport:
         cdef int32_t *xpos = self._g_xpos
         cdef int32_t n, child, end
         cdef ExpiryEntry last
+        cdef void *p
         xpos[heap[pos].group] = -1
         self._x_size -= 1
         end = self._x_size
+        if self._x_cap > _MIN_HEAP_CAP * 4 and end * 4 < self._x_cap:
+            # Give memory back; the entries stay in [0, end].
+            p = PyMem_Realloc(self._x, <size_t>(end * 2 + 1) * sizeof(ExpiryEntry))
+            if p != NULL:
+                self._x = heap = <ExpiryEntry *>p
+                self._x_cap = end * 2 + 1
         if pos == end:
             return
         last = heap[end]
