@@ -214,6 +214,7 @@ class Harness:
         self.leases: list[tuple[Any, ...]] = []
         self.keep = keep_leases  # 0: keep all; else a sliding window
         self.count = 0
+        self.last: Any = None  # the (agreed) outcome of the latest operation
 
     def apply(self, op: tuple[Any, ...]) -> Any:
         self.count += 1
@@ -235,6 +236,7 @@ class Harness:
             self.leases.append(tuple(results))
             if self.keep and len(self.leases) > self.keep:
                 del self.leases[: len(self.leases) - self.keep]
+        self.last = outcomes[0]
         return outcomes[0]
 
     def check_len(self) -> None:
@@ -418,9 +420,7 @@ def pick(rng: random.Random, pool: list[tuple[Any, float]]) -> Any:
     return rng.choices([v for v, _ in pool], [w for _, w in pool])[0]
 
 
-def random_ops(
-    seed: int, count: int, groups: int, events: list[Any], lease_count: Callable[[], int]
-) -> Any:
+def random_ops(seed: int, count: int, groups: int, events: list[Any], harness: Harness) -> Any:
     """A seeded stream of operations in phases (filling, draining, churning)
     so that queues grow large, empty out, and groups are forgotten."""
     rng = random.Random(seed)
@@ -428,14 +428,25 @@ def random_ops(
     n_leases = 0
     ops_left = count
     while ops_left > 0:
-        phase = rng.choice(["fill", "drain", "churn", "churn", "time"])
+        phase = rng.choice(["fill", "drain", "churn", "churn", "time", "flush"])
+        if phase == "flush":  # let every lease run out, then claim+ack the backlog away
+            yield ("advance", 1e6)
+            for _ in range(min(ops_left, rng.randint(500, 40000)) // 2):
+                ops_left -= 2
+                yield ("claim", rng.choice(WORKERS), 5, INT64_MIN)
+                if harness.last is not None:  # a lease: the newest in the list
+                    yield ("ack", len(harness.leases) - 1)
+                else:
+                    yield ("stats",)
+                    break
+            continue
         weights = {
             "fill": [60, 20, 5, 5, 2, 2, 1, 1, 2, 2],
             "drain": [5, 45, 30, 8, 4, 2, 1, 1, 3, 1],
             "churn": [25, 30, 20, 10, 6, 2, 2, 2, 2, 1],
             "time": [10, 30, 10, 10, 10, 2, 2, 2, 22, 2],
         }[phase]
-        for _ in range(min(ops_left, rng.randint(50, 2000))):
+        for _ in range(min(ops_left, rng.randint(50, 8000 if phase == "fill" else 2000))):
             ops_left -= 1
             kind = rng.choices(
                 ["publish", "claim", "ack", "nack", "extend", "forged", "foreign", "bad", "advance", "misc"],
@@ -482,12 +493,12 @@ def random_ops(
                                        + ([("extend", recent, 3), ("nack", recent, 3), ("nack", recent, 0),
                                            ("ack", recent)] if n_leases else []))
                     yield ("badclock", rng.randrange(len(BAD_CLOCK_VALUES)), inner)
-            n_leases = lease_count()
+            n_leases = len(harness.leases)
 
 
 def run(harness: Harness, seed: int, count: int, groups: int) -> None:
     events: list[Any] = []
-    for op in random_ops(seed, count, groups, events, lambda: len(harness.leases)):
+    for op in random_ops(seed, count, groups, events, harness):
         harness.apply(op)
         if len(events) > 10_000:
             del events[:5_000]  # the transports keep what they still hold
@@ -499,7 +510,7 @@ def run(harness: Harness, seed: int, count: int, groups: int) -> None:
 @pytest.mark.parametrize("seed", range(LONG_SEEDS))
 def test_seeded_random_pure_vs_cython(seed: int) -> None:
     harness = Harness([impl_side("py"), impl_side("c")], keep_leases=256)
-    run(harness, seed, OPS_PER_SEED, groups=[7, 40, 300, 2000][seed % 4])
+    run(harness, seed, OPS_PER_SEED, groups=[7, 40, 300, 2000, 20000][seed % 5])
     assert harness.count >= OPS_PER_SEED
 
 
