@@ -15,7 +15,10 @@ of message dicts, sorted on every claim -- with exactly the differences that
 * the SPEC's bad-input table, validated in signature order before the clock
   is read, before anything changes;
 * expiry applied (permanently) by the operations that read ``now`` for it:
-  ``claim`` and ``stats``.
+  ``claim`` and ``stats``;
+* the transport's time never runs backwards: an operation that reads the
+  clock acts at ``max(clock(), latest time used)``, and one that raises
+  leaves that time alone.
 
 It was written from the SPEC and the decisions, not from either transport,
 so that the differential tests have an independent referee.  Every claim
