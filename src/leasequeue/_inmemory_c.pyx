@@ -6,8 +6,8 @@ Same contract (``SPEC.md``, ``docs/decisions.md``), same names, signatures,
 docstrings and error messages as the pure module; the algorithm is explained
 there.  Here the same structures live in C arrays:
 
-* groups: an array of ``Group`` structs (one cache line each: the fields a
-  claim touches together); freed slots are chained in a free list.  A group
+* groups: an array of 64-byte ``Group`` structs (the fields a claim touches
+  together); freed slots are chained in a free list.  A group
   id finds its slot through an open-addressing table of slots (4 bytes an
   entry; the id's hash is kept on the group, the id itself in a list by
   slot).  Only a group's head message can be leased or parked, so lock
@@ -24,14 +24,19 @@ Memory is only allocated before anything changes, so a ``MemoryError``
 leaves the transport as it was: ``publish`` grows the message, group, id
 table and level arrays first and reserves a ready-heap slot for every group
 of a level; ``claim``, ``nack`` and ``extend`` first make room for one more
-expiry entry.  ``ack``, expiry and ``stats`` never allocate.
+expiry entry.  ``ack``, expiry and ``stats`` never need memory.  Storage is
+given back when a backlog drains: when under a quarter of the message or
+group slots is in use, ``ack`` renumbers the live ones into arrays half as
+full (amortised O(1); a lease whose group moved is found again by its id),
+and the heaps shrink likewise.
 
 Locking: one lock (``PyMutex`` on 3.13+, as ``cython.pymutex``; the GIL
-before 3.13, see ``lq_mutex`` below for why that is sound and faster).  No user code runs under it and no object
-the garbage collector tracks is allocated under it (a collection could run
-a finaliser that calls back into this transport): the clock is read and str
-subclasses are converted before it, leases, results and exceptions are
-built after it, and the reference to an acked event is dropped after it.
+before 3.13, see ``lq_mutex`` below for why that is sound and faster).  No
+user code runs under it and no object the garbage collector tracks is
+allocated under it (a collection could run a finaliser that calls back into
+this transport): the clock is read and str subclasses are converted before
+it, leases, results and exceptions are built after it, and the reference to
+an acked event is dropped after it.
 """
 
 cimport cython
