@@ -461,7 +461,10 @@ cdef class InMemoryTransport:
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``, ``extend``,
     ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
-    held.  Every method is atomic and thread-safe.
+    held.  The transport's time never runs backwards: an operation whose
+    clock reading is older than a time an earlier operation used (a racing
+    thread, or a clock turned back) uses that later time instead.  Every
+    method is atomic and thread-safe.
     """
 
     cdef lq_mutex _lock
@@ -504,6 +507,7 @@ cdef class InMemoryTransport:
     cdef int32_t _x_size
     cdef int32_t _x_cap
 
+    cdef double _time               # the latest ``now`` an operation used
     cdef int64_t _seq
     cdef int64_t _claims
     cdef int64_t _messages
@@ -534,6 +538,7 @@ cdef class InMemoryTransport:
         self._group_ids = []
         self._events = []
         self._owner = object()
+        self._time = -_INF
 
     def __dealloc__(self):
         cdef int32_t i
@@ -637,8 +642,13 @@ cdef class InMemoryTransport:
         try:
             if self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
                 lv = -2  # MemoryError, nothing changed
-            elif self._x_size and self._x[0].at < now:
-                self._expire(now)
+            else:
+                if now < self._time:  # another thread already used a later time
+                    now = self._time
+                else:
+                    self._time = now
+                if self._x_size and self._x[0].at < now:
+                    self._expire(now)
             lv = self._root if lv != -2 else -2
             if lv >= 0:
                 level = &self._lv[lv]
@@ -738,6 +748,11 @@ cdef class InMemoryTransport:
             if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
                 slot = -2  # MemoryError, nothing changed
             if slot >= 0:
+                if d > 0.0:
+                    if now < self._time:
+                        now = self._time
+                    else:
+                        self._time = now
                 g = &self._g[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
@@ -784,6 +799,10 @@ cdef class InMemoryTransport:
             if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
                 slot = -2  # MemoryError, nothing changed
             if slot >= 0:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
                 g = &self._g[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
@@ -815,6 +834,10 @@ cdef class InMemoryTransport:
         cdef int64_t messages, groups, leased, parked
         lq_lock(&self._lock)
         try:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
             if self._x_size and self._x[0].at < now:
                 self._expire(now)
             messages = self._messages
