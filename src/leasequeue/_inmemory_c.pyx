@@ -866,9 +866,14 @@ cdef class InMemoryTransport:
         self.close()
 
     def __repr__(self) -> str:
+        cdef int64_t messages, groups
+        lq_lock(&self._lock)
+        messages = self._messages
+        groups = self._g_used
+        lq_unlock(&self._lock)
         return (
             f"<{type(self).__module__}.{type(self).__qualname__} "
-            f"messages={self._messages} groups={self._g_used}>"
+            f"messages={messages} groups={groups}>"
         )
 
     # ------------------------------------------------------------ internals
