@@ -12,9 +12,9 @@ there.  Here the same structures live in C arrays:
   entry; the id's hash is kept on the group, the id itself in a list by
   slot).  Only a group's head message can be leased or parked, so lock
   state lives on the group.
-* messages: struct of arrays ``seq`` / ``next`` (a singly linked FIFO per
-  group), events in a ``list`` indexed by the same slot so the garbage
-  collector sees them.
+* messages: an array of packed 12-byte ``Message`` records (``seq`` and
+  ``next``: a singly linked FIFO per group), events in a ``list`` indexed by
+  the same slot so the garbage collector sees them.
 * ready groups: an indexed 4-ary heap per priority level, keyed by the
   round-robin key; the levels form a treap whose nodes know the smallest
   ready key of their subtree (claim with a priority floor is one walk).
@@ -199,6 +199,14 @@ ctypedef struct Group:
     int32_t level        # priority level (treap node)
     uint8_t lock         # _FREE / _LEASED / _PARKED
     uint8_t open         # the head's latest delivery is still current
+
+
+# One message: its seq and the next message of its group (or the free-list
+# link).  Packed to 12 bytes; ``claim`` reads ``seq`` and the ``ack`` right
+# after it reads ``next`` of the same message: one cache line, not two.
+ctypedef packed struct Message:
+    int64_t seq
+    int32_t next
 
 
 ctypedef struct ReadyEntry:
@@ -476,8 +484,7 @@ cdef class InMemoryTransport:
     cdef list _events               # message slot -> event (None when unused)
 
     # messages (struct of arrays), len(_events) >= _m_cap
-    cdef int64_t *_m_seq
-    cdef int32_t *_m_next           # next message of the group, or free-list link
+    cdef Message *_m
     cdef int32_t _m_cap
     cdef int32_t _m_free
 
@@ -515,8 +522,7 @@ cdef class InMemoryTransport:
     cdef int64_t _parked            # groups whose lock is _PARKED
 
     def __cinit__(self, *args, **kwargs):
-        self._m_seq = NULL
-        self._m_next = NULL
+        self._m = NULL
         self._m_cap = 0
         self._m_free = -1
         self._g = NULL
@@ -547,8 +553,7 @@ cdef class InMemoryTransport:
                 PyMem_Free(self._lv[i].heap)
             PyMem_Free(self._lv)
             self._lv = NULL
-        PyMem_Free(self._m_seq)
-        PyMem_Free(self._m_next)
+        PyMem_Free(self._m)
         PyMem_Free(self._g)
         PyMem_Free(self._g_rpos)
         PyMem_Free(self._g_xpos)
@@ -589,13 +594,13 @@ cdef class InMemoryTransport:
             if slot >= 0 and self._m_free >= 0:
                 # Fast path: an existing group, a free message slot.
                 m = self._m_free
-                self._m_free = self._m_next[m]
+                self._m_free = self._m[m].next
                 self._seq = seq = self._seq + 1
-                self._m_seq[m] = seq
-                self._m_next[m] = -1
+                self._m[m].seq = seq
+                self._m[m].next = -1
                 lq_list_swap(self._events, m, event)
                 g = &self._g[slot]
-                self._m_next[g.tail] = m
+                self._m[g.tail].next = m
                 g.tail = m
                 g.count += 1
                 self._messages += 1
@@ -676,7 +681,7 @@ cdef class InMemoryTransport:
                 if expires_at != _INF:
                     self._expiry_push(slot, expires_at)
                 head = g.head
-                seq = self._m_seq[head]
+                seq = self._m[head].seq
                 event = lq_list_get(self._events, head)
                 gid = lq_list_get(self._group_ids, slot)
         finally:
@@ -710,8 +715,8 @@ cdef class InMemoryTransport:
                 g.attempt = 0
                 m = g.head
                 spent = lq_list_swap(self._events, m, None)
-                g.head = self._m_next[m]
-                self._m_next[m] = self._m_free
+                g.head = self._m[m].next
+                self._m[m].next = self._m_free
                 self._m_free = m
                 g.count -= 1
                 self._messages -= 1
@@ -896,13 +901,13 @@ cdef class InMemoryTransport:
         if lease._owner is not self._owner:
             return -1
         if slot < 0 or slot >= self._g_cap or self._g[slot].count == 0 or (
-            self._m_seq[self._g[slot].head] != lease._cseq
+            self._m[self._g[slot].head].seq != lease._cseq
         ):
             # Not at the slot it was issued for: acked, or the group moved
             # when the group array was compacted.  Find the group by id (an
             # issued lease's group_id is an exact str: no user code).
             slot = self._lookup(<str>lease.group_id, lq_str_hash(lease.group_id))
-            if slot < 0 or self._m_seq[self._g[slot].head] != lease._cseq:
+            if slot < 0 or self._m[self._g[slot].head].seq != lease._cseq:
                 return -1
         g = &self._g[slot]
         if not g.open or g.attempt != lease._cattempt:
@@ -970,16 +975,16 @@ cdef class InMemoryTransport:
         else:
             slot = found
         m = self._m_free
-        self._m_free = self._m_next[m]
+        self._m_free = self._m[m].next
         self._seq += 1
         seq_out[0] = self._seq
-        self._m_seq[m] = self._seq
-        self._m_next[m] = -1
+        self._m[m].seq = self._seq
+        self._m[m].next = -1
         lq_list_swap(self._events, m, event)
         self._messages += 1
         g = &self._g[slot]
         if found >= 0:
-            self._m_next[g.tail] = m
+            self._m[g.tail].next = m
             g.tail = m
             g.count += 1
         else:
@@ -1008,16 +1013,12 @@ cdef class InMemoryTransport:
             new_cap = INT32_MAX - 1
         while len(self._events) < new_cap:
             PyList_Append(self._events, None)
-        p = PyMem_Realloc(self._m_seq, <size_t>new_cap * sizeof(int64_t))
+        p = PyMem_Realloc(self._m, <size_t>new_cap * sizeof(Message))
         if p == NULL:
             return _NOMEM
-        self._m_seq = <int64_t *>p
-        p = PyMem_Realloc(self._m_next, <size_t>new_cap * sizeof(int32_t))
-        if p == NULL:
-            return _NOMEM
-        self._m_next = <int32_t *>p
+        self._m = <Message *>p
         for i in range(<int32_t>new_cap - 1, self._m_cap - 1, -1):
-            self._m_next[i] = self._m_free
+            self._m[i].next = self._m_free
             self._m_free = i
         self._m_cap = <int32_t>new_cap
         return _OK
@@ -1150,8 +1151,7 @@ cdef class InMemoryTransport:
         """Renumber live messages 0..n-1 (group by group) into smaller arrays."""
         cdef int64_t live = self._messages
         cdef int64_t new_cap = live * 2
-        cdef int64_t *seq
-        cdef int32_t *nxt
+        cdef Message *msgs
         cdef PyObject **moved
         cdef int32_t s, m, following, k = 0, i
         cdef Group *g
@@ -1159,12 +1159,10 @@ cdef class InMemoryTransport:
             new_cap = _MIN_MESSAGE_CAP
         if new_cap >= self._m_cap:
             return
-        seq = <int64_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int64_t))
-        nxt = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
+        msgs = <Message *>PyMem_Malloc(<size_t>new_cap * sizeof(Message))
         moved = <PyObject **>PyMem_Malloc(<size_t>(live + 1) * sizeof(PyObject *))
-        if seq == NULL or nxt == NULL or moved == NULL:
-            PyMem_Free(seq)
-            PyMem_Free(nxt)
+        if msgs == NULL or moved == NULL:
+            PyMem_Free(msgs)
             PyMem_Free(moved)
             return
         for s in range(self._g_cap):
@@ -1174,13 +1172,13 @@ cdef class InMemoryTransport:
             m = g.head
             g.head = k
             while m >= 0:
-                seq[k] = self._m_seq[m]
+                msgs[k].seq = self._m[m].seq
                 moved[k] = lq_list_take(self._events, m)
-                following = self._m_next[m]
+                following = self._m[m].next
                 if following >= 0:
-                    nxt[k] = k + 1
+                    msgs[k].next = k + 1
                 else:
-                    nxt[k] = -1
+                    msgs[k].next = -1
                     g.tail = k
                 k += 1
                 m = following
@@ -1189,12 +1187,10 @@ cdef class InMemoryTransport:
         PyMem_Free(moved)
         self._m_free = -1
         for i in range(<int32_t>new_cap - 1, k - 1, -1):
-            nxt[i] = self._m_free
+            msgs[i].next = self._m_free
             self._m_free = i
-        PyMem_Free(self._m_seq)
-        PyMem_Free(self._m_next)
-        self._m_seq = seq
-        self._m_next = nxt
+        PyMem_Free(self._m)
+        self._m = msgs
         self._m_cap = <int32_t>new_cap
         lq_list_truncate(self._events, new_cap)
 
