@@ -8,10 +8,10 @@ there.  Here the same structures live in C arrays:
 
 * groups: an array of 64-byte ``Group`` structs (the fields a claim touches
   together); freed slots are chained in a free list.  A group
-  id finds its slot through an open-addressing table of slots (4 bytes an
-  entry; the id's hash is kept on the group, the id itself in a list by
-  slot).  Only a group's head message can be leased or parked, so lock
-  state lives on the group.
+  id finds its slot through an open-addressing table of (slot, 32 bits of
+  the id's hash) pairs, 8 bytes an entry; the group keeps a borrowed
+  pointer to its id, whose reference a list by slot owns.  Only a group's
+  head message can be leased or parked, so lock state lives on the group.
 * messages: an array of packed 12-byte ``Message`` records (``seq`` and
   ``next``: a singly linked FIFO per group), events in a ``list`` indexed by
   the same slot so the garbage collector sees them.
@@ -188,7 +188,7 @@ cdef int64_t _NEVER_CLAIMED = (<int64_t>1) << 62
 
 
 ctypedef struct Group:
-    Py_hash_t hash       # hash of the group id (the id table's probe key)
+    PyObject *gid        # the group id (borrowed: _group_ids owns it)
     int64_t key          # round-robin key
     int64_t attempt      # deliveries of the head message so far
     double expires_at    # end of the lease/park (when lock != _FREE)
@@ -207,6 +207,11 @@ ctypedef struct Group:
 ctypedef packed struct Message:
     int64_t seq
     int32_t next
+
+
+ctypedef struct IdEntry:
+    int32_t group        # group slot, -1 for an empty entry
+    uint32_t hash        # low 32 bits of the id's hash: probes skip most misses
 
 
 ctypedef struct ReadyEntry:
@@ -497,9 +502,9 @@ cdef class InMemoryTransport:
     cdef int32_t _g_used
 
     # group id -> group slot: open addressing, linear probing, at most half
-    # full; 4 bytes an entry (the hash lives on the group) where a dict would
-    # spend ~50 bytes plus a 32-byte int per group.
-    cdef int32_t *_ids
+    # full; 8 bytes an entry, where a dict would spend ~50 bytes plus a
+    # 32-byte int per group.
+    cdef IdEntry *_ids
     cdef size_t _ids_mask           # table size - 1 (a power of two)
 
     # priority levels: a treap
@@ -683,7 +688,7 @@ cdef class InMemoryTransport:
                 head = g.head
                 seq = self._m[head].seq
                 event = lq_list_get(self._events, head)
-                gid = lq_list_get(self._group_ids, slot)
+                gid = <object>g.gid
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
@@ -954,8 +959,8 @@ cdef class InMemoryTransport:
             # --- commit: nothing below can fail
             slot = self._g_free
             self._g_free = self._g[slot].head
-            self._g[slot].hash = h
-            self._ids_insert(slot)
+            self._g[slot].gid = <PyObject *>gid
+            self._ids_insert(slot, <uint32_t>h)
             self._g_used += 1
             lq_list_swap(self._group_ids, slot, gid)
             if lv < 0:
@@ -1202,12 +1207,13 @@ cdef class InMemoryTransport:
         """
         cdef int64_t live = self._g_used
         cdef int64_t new_cap = live * 2
-        cdef size_t ids_size = 16, i
+        cdef size_t ids_size = 16, i, old_size
+        cdef IdEntry *old_ids
         cdef Group *groups
         cdef int32_t *rpos
         cdef int32_t *xpos
         cdef int32_t *remap
-        cdef int32_t *ids
+        cdef IdEntry *ids
         cdef int32_t s, k = 0, j, lv
         cdef Level *level
         if new_cap < _MIN_GROUP_CAP:
@@ -1220,7 +1226,7 @@ cdef class InMemoryTransport:
         rpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
         xpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
         remap = <int32_t *>PyMem_Malloc(<size_t>self._g_cap * sizeof(int32_t))
-        ids = <int32_t *>PyMem_Malloc(ids_size * sizeof(int32_t))
+        ids = <IdEntry *>PyMem_Malloc(ids_size * sizeof(IdEntry))
         if groups == NULL or rpos == NULL or xpos == NULL or remap == NULL or ids == NULL:
             PyMem_Free(groups)
             PyMem_Free(rpos)
@@ -1252,21 +1258,24 @@ cdef class InMemoryTransport:
                 level.heap[j].group = remap[level.heap[j].group]
         for j in range(self._x_size):
             self._x[j].group = remap[self._x[j].group]
+        for i in range(ids_size):
+            ids[i].group = -1
+        old_ids = self._ids
+        old_size = self._ids_mask + 1
+        self._ids = ids
+        self._ids_mask = ids_size - 1
+        for i in range(old_size):
+            if old_ids[i].group >= 0:
+                self._ids_insert(remap[old_ids[i].group], old_ids[i].hash)
+        PyMem_Free(old_ids)
         PyMem_Free(remap)
         PyMem_Free(self._g)
         PyMem_Free(self._g_rpos)
         PyMem_Free(self._g_xpos)
-        PyMem_Free(self._ids)
         self._g = groups
         self._g_rpos = rpos
         self._g_xpos = xpos
         self._g_cap = <int32_t>new_cap
-        self._ids = ids
-        self._ids_mask = ids_size - 1
-        for i in range(ids_size):
-            ids[i] = -1
-        for j in range(k):
-            self._ids_insert(j)
         lq_list_truncate(self._group_ids, new_cap)
 
     # -- the group id table
@@ -1274,65 +1283,69 @@ cdef class InMemoryTransport:
     cdef inline int32_t _lookup(self, str gid, Py_hash_t h) noexcept:
         """The slot of group ``gid`` (hash ``h``), or -1."""
         cdef size_t mask = self._ids_mask, i
+        cdef uint32_t h32 = <uint32_t>h
+        cdef IdEntry *ids = self._ids
         cdef int32_t s
-        if self._ids == NULL:
+        if ids == NULL:
             return -1
-        i = <size_t>h & mask
+        i = h32 & mask
         while True:
-            s = self._ids[i]
+            s = ids[i].group
             if s < 0:
                 return -1
-            if self._g[s].hash == h and lq_str_eq(<PyObject *>gid, PyList_GET_ITEM(self._group_ids, s)):
+            if ids[i].hash == h32 and lq_str_eq(<PyObject *>gid, self._g[s].gid):
                 return s
             i = (i + 1) & mask
 
-    cdef inline void _ids_insert(self, int32_t slot) noexcept:
+    cdef inline void _ids_insert(self, int32_t slot, uint32_t h32) noexcept:
         """Enter a group known to be absent (the table has room)."""
         cdef size_t mask = self._ids_mask
-        cdef size_t i = <size_t>self._g[slot].hash & mask
-        while self._ids[i] >= 0:
+        cdef size_t i = h32 & mask
+        while self._ids[i].group >= 0:
             i = (i + 1) & mask
-        self._ids[i] = slot
+        self._ids[i].group = slot
+        self._ids[i].hash = h32
 
     cdef void _ids_delete(self, int32_t slot) noexcept:
         """Remove a group; later entries of its probe run shift back."""
         cdef size_t mask = self._ids_mask
-        cdef size_t i = <size_t>self._g[slot].hash & mask, j, home
-        cdef int32_t s
-        while self._ids[i] != slot:
+        # The id's hash is cached on the str: no user code, cannot fail.
+        cdef uint32_t h32 = <uint32_t>lq_str_hash(<object>self._g[slot].gid)
+        cdef size_t i = h32 & mask, j, home
+        cdef IdEntry *ids = self._ids
+        while ids[i].group != slot:
             i = (i + 1) & mask
         j = i
         while True:
             j = (j + 1) & mask
-            s = self._ids[j]
-            if s < 0:
+            if ids[j].group < 0:
                 break
-            home = <size_t>self._g[s].hash & mask
-            # Move s into the hole at i unless its home lies in (i, j].
+            home = ids[j].hash & mask
+            # Move entry j into the hole at i unless its home lies in (i, j].
             if ((j - home) & mask) >= ((j - i) & mask):
-                self._ids[i] = s
+                ids[i] = ids[j]
                 i = j
-        self._ids[i] = -1
+        ids[i].group = -1
 
     cdef int _grow_ids(self) noexcept:
         """Double the id table (rehashing every group into it)."""
         cdef size_t old_size = self._ids_mask + 1 if self._ids != NULL else 0
         cdef size_t size = old_size * 2 if old_size else 16
         cdef size_t i
-        cdef int32_t *old = self._ids
-        cdef int32_t *table
-        if size > (<size_t>INT32_MAX) * 4:
+        cdef IdEntry *old = self._ids
+        cdef IdEntry *table
+        if size > (<size_t>1) << 32:
             return _FULL
-        table = <int32_t *>PyMem_Malloc(size * sizeof(int32_t))
+        table = <IdEntry *>PyMem_Malloc(size * sizeof(IdEntry))
         if table == NULL:
             return _NOMEM
         for i in range(size):
-            table[i] = -1
+            table[i].group = -1
         self._ids = table
         self._ids_mask = size - 1
         for i in range(old_size):
-            if old[i] >= 0:
-                self._ids_insert(old[i])
+            if old[i].group >= 0:
+                self._ids_insert(old[i].group, old[i].hash)
         PyMem_Free(old)
         return _OK
 
