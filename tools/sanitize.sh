@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Run the Cython half of the test suite against a sanitizer build (issue 6).
+#
+#   tools/sanitize.sh                 # AddressSanitizer + UBSan build, Cython tests
+#   tools/sanitize.sh valgrind        # the normal build under valgrind memcheck
+#   tools/sanitize.sh asan -k stress  # extra pytest arguments go to pytest
+#
+# asan: the extension is compiled with -fsanitize=address,undefined into a temp
+# dir (the working tree's .so files are not touched), libasan is preloaded into
+# the (uninstrumented) interpreter, and PYTHONMALLOC=malloc routes Python
+# objects through malloc too, so ASan sees every allocation.  Leak detection is
+# off: CPython itself frees little at exit; leaks are test_leaks.py's job.
+# valgrind: slower (~30x); PYTHONMALLOC=malloc as well; any memcheck error
+# fails the run.
+# Exit status: pytest's, or non-zero on any sanitizer report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+mode="${1:-asan}"
+[ $# -gt 0 ] && shift
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+mkdir -p "$tmp/src"
+cp -r src/leasequeue "$tmp/src/"
+rm -f "$tmp"/src/leasequeue/*.so "$tmp"/src/leasequeue/*.c
+
+# Compile every .pyx of the package with the directives setup.py uses, through a bare
+# setuptools Distribution (no pyproject parsing: an older setuptools may reject it).
+build() {
+  "$PY" - "$tmp" <<'PYEOF'
+import ast, glob, os, sys
+from setuptools import Distribution, Extension
+from Cython.Build import cythonize
+tmp = sys.argv[1]
+tree = ast.parse(open("setup.py").read())
+directives = next(ast.literal_eval(n.value) for n in tree.body
+                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CYTHON_DIRECTIVES")
+pyx = sorted(glob.glob(os.path.join(tmp, "src", "leasequeue", "*.pyx")))
+exts = [Extension("leasequeue." + os.path.basename(p)[:-4], [p]) for p in pyx]
+dist = Distribution({"name": "leasequeue-sanitize", "ext_modules": cythonize(exts, compiler_directives=directives, quiet=True)})
+cmd = dist.get_command_obj("build_ext")
+cmd.build_lib = os.path.join(tmp, "lib")
+cmd.build_temp = os.path.join(tmp, "tmp")
+dist.run_command("build_ext")
+print("built", ", ".join(e.name for e in exts))
+PYEOF
+  cp "$tmp"/lib/leasequeue/*.so "$tmp/src/leasequeue/"
+}
+# the Cython tests only (tests/test_build.py builds real venvs: not a sanitizer matter)
+selection=(-k "cython and not test_build" -p no:cacheprovider -q -x)
+
+case "$mode" in
+  asan)
+    export CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g"
+    export LDFLAGS="-fsanitize=address,undefined"
+    build >/dev/null
+    unset CFLAGS LDFLAGS
+    libasan="$(gcc -print-file-name=libasan.so)"
+    log="$tmp/asan"
+    echo "sanitize: ASan+UBSan build in $tmp, libasan $libasan"
+    set +e
+    LD_PRELOAD="$libasan" \
+    ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1:exitcode=86:log_path=$log:allocator_may_return_null=1" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$log" \
+    PYTHONMALLOC=malloc PYTHONPATH="$tmp/src" \
+      "$PY" -m pytest tests "${selection[@]}" "$@"
+    rc=$?
+    set -e
+    ;;
+  valgrind)
+    build >/dev/null
+    log="$tmp/valgrind"
+    echo "sanitize: valgrind memcheck, build in $tmp"
+    set +e
+    PYTHONMALLOC=malloc PYTHONPATH="$tmp/src" \
+      valgrind --tool=memcheck --error-exitcode=86 --trace-children=no --log-file="$log.%p" \
+        "$PY" -m pytest tests "${selection[@]}" "$@"
+    rc=$?
+    set -e
+    ;;
+  *)
+    echo "usage: tools/sanitize.sh [asan|valgrind] [pytest args...]" >&2
+    exit 2
+    ;;
+esac
+
+reports=0
+for f in "$log".*; do
+  [ -e "$f" ] || continue
+  if grep -qE "ERROR: AddressSanitizer|runtime error:|ERROR SUMMARY: [1-9]" "$f"; then
+    reports=$((reports + 1))
+    echo "---- sanitizer report: $f"
+    head -60 "$f"
+  fi
+done
+echo "sanitize ($mode): pytest exit $rc, $reports sanitizer report(s)"
+if [ "$rc" -ne 0 ] || [ "$reports" -ne 0 ]; then
+  exit 1
+fi
