@@ -228,7 +228,9 @@ def _check_duration(value: Any, name: str) -> float:
 
 
 def _check_lease(lease: Any) -> Lease:
-    if not isinstance(lease, Lease):
+    # The exact type (Lease cannot be subclassed): isinstance() would consult
+    # a forged ``__class__``, and its attributes could run user code.
+    if type(lease) is not Lease:
         raise TypeError(f"expected a Lease, not {type(lease).__name__}")
     return lease
 
@@ -400,7 +402,12 @@ class InMemoryTransport:
         if not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
         self._clock = clock
-        self._lock = threading.Lock()
+        # Re-entrant, so that user code the garbage collector runs in the
+        # middle of an operation (a finaliser) can publish without
+        # deadlocking; ``_busy`` tells such a nested call apart (see publish).
+        self._lock = threading.RLock()
+        self._busy = False
+        self._pending: List[Tuple[int, str, Any, int]] = []
         self._owner = object()  # stamped on every lease this transport issues
         self._groups: Dict[str, _Group] = {}
         self._levels: Dict[int, _Level] = {}
@@ -434,19 +441,23 @@ class InMemoryTransport:
             priority = _check_priority(priority, "priority")
         with self._lock:
             self._seq = seq = self._seq + 1
-            self._messages += 1
-            group = self._groups.get(group_id)
-            if group is not None:
-                group.messages.append((seq, event))
+            if self._busy:
+                # Re-entered from user code that ran in the middle of another
+                # operation of this transport on this thread (a finaliser the
+                # garbage collector started): that operation is half done, so
+                # the message is added as soon as it finishes.
+                self._pending.append((seq, group_id, event, priority))
                 return seq
-            level = self._levels.get(priority)
-            if level is None:
-                level = self._levels[priority] = _Level(priority, self._rng.random())
-                self._root = _insert(self._root, level)
-            level.groups += 1
-            group = self._groups[group_id] = _Group(group_id, level, seq, event)
-            self._make_ready(group)
-            return seq
+            self._busy = True
+            try:
+                self._add(seq, group_id, event, priority)
+            except BaseException:
+                if self._seq == seq:  # nothing published since: the number is free again
+                    self._seq = seq - 1
+                raise
+            finally:
+                self._settle()
+        return seq
 
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[Lease]:
         """Lease the next message to ``worker_id`` for ``visibility`` seconds.
@@ -470,48 +481,53 @@ class InMemoryTransport:
         if type(now) is not float or now - now != 0.0:
             now = _check_time(now)
         with self._lock:
-            if now < self._time:  # another thread already used a later time
-                now = self._time
-            else:
-                self._time = now
-            expiry = self._expiry
-            if expiry and expiry[0][0] < now:
-                self._expire(now)
-            root = self._root
-            if root is None:
-                return None
-            if root.left is None and root.right is None:
-                # One priority level: its heap top is the answer.
-                heap = root.heap
-                if not heap or root.priority < min_priority:
+            if self._busy:
+                raise _reentered("claim")
+            self._busy = True
+            try:
+                if now < self._time:  # another thread already used a later time
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                root = self._root
+                if root is None:
                     return None
-                group = heappop(heap)[1]
-                group.ready_key = None
-                while heap:  # drop stale entries so the top stays valid
-                    key, top = heap[0]
-                    if top.ready_key == key:
-                        break
+                if root.left is None and root.right is None:
+                    # One priority level: its heap top is the answer.
+                    heap = root.heap
+                    if not heap or root.priority < min_priority:
+                        return None
+                    group = heap[0][1]
+                    expires_at = now + visibility
+                    self._lock_group(group, _LEASED, worker_id, expires_at)
                     heappop(heap)
-                root.best = heap[0] if heap else None
-            else:
-                entry = self._find(min_priority)
-                if entry is None:
-                    return None
-                group = entry[1]
-                self._take_top(group.level)
-            self._claims = claims = self._claims + 1
-            group.key = claims
-            group.last_claimed_at = now
-            group.attempt = attempt = group.attempt + 1
-            group.open = True
-            group.lock = _LEASED
-            group.worker_id = worker_id
-            group.expires_at = expires_at = now + visibility
-            self._leased += 1
-            if expires_at != _INF:
-                self._push_expiry(group, expires_at)
-            seq, event = group.messages[group.head]  # type: ignore[misc]
-            group_id = group.group_id
+                    group.ready_key = None
+                    while heap:  # drop stale entries so the top stays valid
+                        key, top = heap[0]
+                        if top.ready_key == key:
+                            break
+                        heappop(heap)
+                    root.best = heap[0] if heap else None
+                else:
+                    entry = self._find(min_priority)
+                    if entry is None:
+                        return None
+                    group = entry[1]
+                    expires_at = now + visibility
+                    self._lock_group(group, _LEASED, worker_id, expires_at)
+                    self._take_top(group.level)
+                self._claims = claims = self._claims + 1
+                group.key = claims
+                group.last_claimed_at = now
+                group.attempt = attempt = group.attempt + 1
+                group.open = True
+                seq, event = group.messages[group.head]  # type: ignore[misc]
+                group_id = group.group_id
+            finally:
+                self._settle()
         return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner)
 
     def ack(self, lease: Lease) -> None:
@@ -524,29 +540,34 @@ class InMemoryTransport:
         if type(lease) is not Lease:
             _check_lease(lease)
         with self._lock:
-            group = self._current(lease)
-            if group is None:
-                spent = None
-            else:
-                if group.lock != _FREE or group.tick:
-                    self._unlock(group)
-                group.open = False
-                group.attempt = 0
-                messages = group.messages
-                head = group.head
-                spent = messages[head]  # dropped after the lock is released
-                messages[head] = None
-                head += 1
-                self._messages -= 1
-                if head == len(messages):
-                    self._forget(group)
+            if self._busy:
+                raise _reentered("ack")
+            self._busy = True
+            try:
+                group = self._current(lease)
+                if group is None:
+                    spent = None
                 else:
-                    if head >= 32 and head * 2 >= len(messages):
-                        del messages[:head]
-                        head = 0
-                    group.head = head
-                    if group.ready_key is None:
-                        self._make_ready(group)
+                    messages = group.messages
+                    head = group.head + 1
+                    if head < len(messages) and group.ready_key is None:
+                        self._make_ready(group)  # allocates: first, while nothing changed
+                    if group.lock != _FREE or group.tick:
+                        self._unlock(group)
+                    group.open = False
+                    group.attempt = 0
+                    spent = messages[head - 1]  # dropped after the lock is released
+                    messages[head - 1] = None
+                    self._messages -= 1
+                    if head == len(messages):
+                        self._forget(group)
+                    else:
+                        if head >= 32 and head * 2 >= len(messages):
+                            del messages[:head]
+                            head = 0
+                        group.head = head
+            finally:
+                self._settle()
         if group is None:
             raise LeaseLost(_lost_message(lease))
         del spent  # the event's __del__ may run here, outside the lock
@@ -564,27 +585,26 @@ class InMemoryTransport:
         delay = _check_duration(delay, "delay")
         now = _check_time(self._clock()) if delay > 0.0 else 0.0
         with self._lock:
-            group = self._current(lease)
-            if group is not None and delay > 0.0:
-                if now < self._time:
-                    now = self._time
-                else:
-                    self._time = now
-            if group is not None:
-                self._unlock(group)
-                group.open = False
-                if delay == 0.0:
-                    if group.ready_key is None:
-                        self._make_ready(group)
-                else:
-                    if group.ready_key is not None:
-                        self._unready(group)
-                    group.lock = _PARKED
-                    group.worker_id = PARKED
-                    group.expires_at = expires_at = now + delay
-                    self._parked += 1
-                    if expires_at != _INF:
-                        self._push_expiry(group, expires_at)
+            if self._busy:
+                raise _reentered("nack")
+            self._busy = True
+            try:
+                group = self._current(lease)
+                if group is not None:
+                    if delay == 0.0:
+                        if group.ready_key is None:
+                            self._make_ready(group)
+                        self._unlock(group)
+                    else:
+                        if now < self._time:
+                            now = self._time
+                        self._lock_group(group, _PARKED, PARKED, now + delay)
+                        self._time = now
+                        if group.ready_key is not None:
+                            self._unready(group)
+                    group.open = False
+            finally:
+                self._settle()
         if group is None:
             raise LeaseLost(_lost_message(lease))
 
@@ -601,21 +621,21 @@ class InMemoryTransport:
         visibility = _check_duration(visibility, "visibility")
         now = _check_time(self._clock())
         with self._lock:
-            group = self._current(lease)
-            if group is not None:
-                if now < self._time:
-                    now = self._time
-                else:
+            if self._busy:
+                raise _reentered("extend")
+            self._busy = True
+            try:
+                group = self._current(lease)
+                if group is not None:
+                    if now < self._time:
+                        now = self._time
+                    expires_at = now + visibility
+                    self._lock_group(group, _LEASED, lease.worker_id, expires_at)
                     self._time = now
-                self._unlock(group)
-                if group.ready_key is not None:
-                    self._unready(group)
-                group.lock = _LEASED
-                group.worker_id = lease.worker_id
-                group.expires_at = expires_at = now + visibility
-                self._leased += 1
-                if expires_at != _INF:
-                    self._push_expiry(group, expires_at)
+                    if group.ready_key is not None:
+                        self._unready(group)
+            finally:
+                self._settle()
         if group is None:
             raise LeaseLost(_lost_message(lease))
         return _issue(
@@ -629,14 +649,20 @@ class InMemoryTransport:
         """
         now = _check_time(self._clock())
         with self._lock:
-            if now < self._time:
-                now = self._time
-            else:
-                self._time = now
-            expiry = self._expiry
-            if expiry and expiry[0][0] < now:
-                self._expire(now)
-            counts = (self._messages, len(self._groups), self._leased, self._parked)
+            if self._busy:
+                raise _reentered("stats")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                counts = (self._messages, len(self._groups), self._leased, self._parked)
+            finally:
+                self._settle()
         return TransportStats(*counts)
 
     def __len__(self) -> int:
@@ -661,6 +687,47 @@ class InMemoryTransport:
     # ------------------------------------------------------------ internals
     # Everything below runs with self._lock held.
 
+    def _add(self, seq: int, group_id: str, event: Any, priority: int) -> None:
+        """Append message ``seq`` to its group, creating the group if needed.
+
+        Allocations come before the changes they enable, and a failure undoes
+        what was done, so a MemoryError leaves the transport as it was.
+        """
+        group = self._groups.get(group_id)
+        if group is not None:
+            group.messages.append((seq, event))
+            self._messages += 1
+            return
+        level = self._levels.get(priority)
+        if level is None:
+            level = _Level(priority, self._rng.random())
+            self._levels[priority] = level
+            self._root = _insert(self._root, level)
+        try:
+            group = _Group(group_id, level, seq, event)
+            self._groups[group_id] = group
+            try:
+                self._make_ready(group)
+            except BaseException:
+                del self._groups[group_id]
+                raise
+        except BaseException:
+            if level.groups == 0:  # made for this group alone
+                del self._levels[priority]
+                self._root = _delete(self._root, priority)
+            raise
+        level.groups += 1
+        self._messages += 1
+
+    def _settle(self) -> None:
+        """End an operation: add messages published from nested user code."""
+        pending = self._pending
+        try:
+            while pending:
+                self._add(*pending.pop(0))
+        finally:
+            self._busy = False
+
     def _current(self, lease: Lease) -> Optional[_Group]:
         """The lease's group if the lease is current, else None."""
         if lease._owner is not self._owner:
@@ -677,11 +744,12 @@ class InMemoryTransport:
 
     def _make_ready(self, group: _Group) -> None:
         """Put a free group in its level's heap under its round-robin key."""
-        key = group.ready_key = group.key
+        key = group.key
         entry = (key, group)
         level = group.level
         heap = level.heap
-        heappush(heap, entry)
+        heappush(heap, entry)  # the only allocation, before anything changes
+        group.ready_key = key
         if heap[0] is entry:
             # A new minimum for this level: lower ``best`` on the path to it.
             node = self._root
@@ -757,26 +825,44 @@ class InMemoryTransport:
             group.tick = 0
             self._live_expiry -= 1
 
-    def _push_expiry(self, group: _Group, expires_at: float) -> None:
-        self._tick = tick = self._tick + 1
-        group.tick = tick
+    def _lock_group(self, group: _Group, lock: int, worker_id: str, expires_at: float) -> None:
+        """Lease or park ``group``'s head until ``expires_at``, replacing any lock.
+
+        The one allocation (the expiry entry) comes first, so a MemoryError
+        leaves everything as it was.
+        """
         expiry = self._expiry
-        heappush(expiry, (expires_at, tick, group))
-        self._live_expiry += 1
-        if len(expiry) > 2 * self._live_expiry + 64:
-            # Mostly stale entries (acked/nacked/extended): rebuild, O(live).
-            self._expiry = expiry = [e for e in expiry if e[2].tick == e[1]]
-            heapify(expiry)
+        tick = 0
+        if expires_at != _INF:  # an infinite lock never expires: no entry
+            tick = self._tick + 1
+            heappush(expiry, (expires_at, tick, group))
+            self._tick = tick
+        self._unlock(group)
+        group.lock = lock
+        group.worker_id = worker_id
+        group.expires_at = expires_at
+        if lock == _LEASED:
+            self._leased += 1
+        else:
+            self._parked += 1
+        if tick:
+            group.tick = tick
+            self._live_expiry += 1
+            if len(expiry) > 2 * self._live_expiry + 64:
+                # Mostly stale entries (acked/nacked/extended): rebuild, O(live).
+                live = [e for e in expiry if e[2].tick == e[1]]
+                heapify(live)
+                self._expiry = live
 
     def _expire(self, now: float) -> None:
         """Free every lock with ``expires_at < now``; their groups become ready."""
         expiry = self._expiry
         while expiry and expiry[0][0] < now:
-            _, tick, group = heappop(expiry)
-            if group.tick != tick:
-                continue  # stale: the lock was released or replaced since
-            self._unlock(group)  # the delivery (group.open) stays current
-            self._make_ready(group)
+            _, tick, group = expiry[0]
+            if group.tick == tick:  # else stale: the lock was released or replaced
+                self._make_ready(group)  # allocates: first, while nothing changed
+                self._unlock(group)  # the delivery (group.open) stays current
+            heappop(expiry)
 
     def _forget(self, group: _Group) -> None:
         """Drop an emptied group: priority and round-robin position go too."""
@@ -789,6 +875,14 @@ class InMemoryTransport:
             del self._levels[level.priority]
             self._root = _delete(self._root, level.priority)
         group.messages = []
+
+
+def _reentered(operation: str) -> RuntimeError:
+    return RuntimeError(
+        f"InMemoryTransport.{operation}() was called from user code (a finaliser or signal "
+        "handler) that ran in the middle of another operation of the same transport on "
+        "this thread; only publish() can be called there"
+    )
 
 
 def _lost_message(lease: Lease) -> str:
