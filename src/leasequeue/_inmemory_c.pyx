@@ -638,7 +638,7 @@ cdef class InMemoryTransport:
         cdef int64_t seq = 0, attempt = 0
         cdef Group *g
         cdef Level *level
-        cdef object gid, event
+        cdef object gid = None, event = None
         if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
             wid = <str>worker_id
         else:
