@@ -63,24 +63,20 @@ cdef double _INF = float("inf")
 
 cdef extern from *:
     """
-    #if defined(_WIN32)
-    #include <windows.h>
-    static double lq_wall_time(void) {
-        FILETIME ft;
-        ULARGE_INTEGER u;
-        GetSystemTimePreciseAsFileTime(&ft);
-        u.LowPart = ft.dwLowDateTime;
-        u.HighPart = ft.dwHighDateTime;
-        /* 100 ns ticks since 1601-01-01 -> ns since the Unix epoch */
-        return (double)(((long long)u.QuadPart - 116444736000000000LL) * 100LL) / 1e9;
-    }
-    #else
+    /* time.time() read in C, the same way CPython reads it (POSIX:
+       clock_gettime(CLOCK_REALTIME)).  Elsewhere the default clock is
+       called like any other, so leases agree with time.time() exactly. */
+    #if !defined(_WIN32)
     #include <time.h>
+    #define LQ_HAVE_WALL_TIME 1
     static double lq_wall_time(void) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         return (double)((long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec) / 1e9;
     }
+    #else
+    #define LQ_HAVE_WALL_TIME 0
+    static double lq_wall_time(void) { return 0.0; }
     #endif
 
     /* The transport's lock.  On 3.13+ (where free-threaded builds exist) it
@@ -149,6 +145,7 @@ cdef extern from *:
     }
     """
     double lq_wall_time() noexcept nogil
+    bint LQ_HAVE_WALL_TIME
     ctypedef struct lq_mutex:
         pass
     void lq_lock(lq_mutex *m) noexcept
@@ -570,7 +567,7 @@ cdef class InMemoryTransport:
         if not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
         self._clock = clock
-        self._wall_clock = clock is _time_time
+        self._wall_clock = LQ_HAVE_WALL_TIME and clock is _time_time
 
     # -------------------------------------------------------------- public
 
