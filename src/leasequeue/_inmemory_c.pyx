@@ -63,10 +63,11 @@ cdef double _INF = float("inf")
 
 cdef extern from *:
     """
-    /* time.time() read in C, the same way CPython reads it (POSIX:
-       clock_gettime(CLOCK_REALTIME)).  Elsewhere the default clock is
+    /* time.time() read in C, the same way CPython reads it on Linux
+       (clock_gettime(CLOCK_REALTIME)).  Elsewhere (Windows, or macOS wheels
+       built for releases older than clock_gettime) the default clock is
        called like any other, so leases agree with time.time() exactly. */
-    #if !defined(_WIN32)
+    #if defined(__linux__)
     #include <time.h>
     #define LQ_HAVE_WALL_TIME 1
     static double lq_wall_time(void) {
