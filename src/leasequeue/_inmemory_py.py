@@ -874,7 +874,11 @@ class InMemoryTransport:
         if level.groups == 0:
             del self._levels[level.priority]
             self._root = _delete(self._root, level.priority)
+        # Stale heap entries may still point at this shell until they are
+        # popped or compacted away: let it hold nothing of the user's.
         group.messages = []
+        group.group_id = ""
+        group.level = None  # type: ignore[assignment]
 
 
 def _reentered(operation: str) -> RuntimeError:
