@@ -692,3 +692,30 @@ def test_extreme_int_subclass_priorities_are_stored_as_plain_ints(transport: Any
     transport.ack(lease)
     transport.ack(lease2)
     assert len(transport) == 0
+
+
+def test_lease_outliving_its_transport_is_refused_by_a_successor(make_transport: Callable[..., Any]) -> None:
+    """A transport dies with a lease outstanding; a new one (often at the same address)
+    issues a look-alike delivery.  The old lease must not be current there (no ABA on
+    whatever marks a lease's owner)."""
+    clock = FakeClock()
+    same_address = 0
+    for _ in range(50):
+        t1 = make_transport(clock=clock)
+        t1.publish("g", None)
+        old = t1.claim("w", 30)
+        address = id(t1)
+        del t1
+        gc.collect()
+        t2 = make_transport(clock=clock)
+        same_address += id(t2) == address
+        t2.publish("g", None)
+        mine = t2.claim("w", 30)
+        assert old == mine  # look-alikes
+        before = snapshot(t2)
+        for op in (t2.ack, t2.nack, lambda x: t2.extend(x, 5)):
+            with pytest.raises(LeaseLost):
+                op(old)
+        assert snapshot(t2) == before
+        t2.ack(mine)
+    print(f"successor at the dead transport's address {same_address}/50 times")

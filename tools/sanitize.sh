@@ -3,7 +3,8 @@
 #
 #   tools/sanitize.sh                 # AddressSanitizer + UBSan build, Cython tests
 #   tools/sanitize.sh valgrind        # the normal build under valgrind memcheck
-#   tools/sanitize.sh asan -k stress  # extra pytest arguments go to pytest
+#   tools/sanitize.sh asan tests/test_leaks.py   # extra pytest arguments go to pytest
+#   SANITIZE_K="not test_stress" tools/sanitize.sh valgrind   # narrow the selection
 #
 # asan: the extension is compiled with -fsanitize=address,undefined into a temp
 # dir (the working tree's .so files are not touched), libasan is preloaded into
@@ -50,8 +51,12 @@ print("built", ", ".join(e.name for e in exts))
 PYEOF
   cp "$tmp"/lib/leasequeue/*.so "$tmp/src/leasequeue/"
 }
-# the Cython tests only (tests/test_build.py builds real venvs: not a sanitizer matter)
-selection=(-k "cython and not test_build" -p no:cacheprovider -q -x)
+# the Cython tests only (tests/test_build.py builds real venvs: not a sanitizer matter);
+# SANITIZE_K adds to the selection, e.g. SANITIZE_K="not test_stress" (a -k among the
+# extra pytest arguments would replace it instead)
+select="cython and not test_build"
+[ -n "${SANITIZE_K:-}" ] && select="$select and ($SANITIZE_K)"
+selection=(-k "$select" -p no:cacheprovider -q -x)
 
 case "$mode" in
   asan)
