@@ -7,7 +7,7 @@
 has to do anyway: take the transport's lock (the same primitive as
 ``_inmemory_c``: ``PyMutex`` on 3.13+, the GIL before), read the clock in ``claim``
 (exactly as the real transport does: ``time.time`` -- the default -- is read
-in C with ``clock_gettime``, any other clock is called), and allocate one
+in C with ``clock_gettime`` on Linux, any other clock or platform calls it), and allocate one
 small lease object.  The module directives are the real transport's.  It keeps no messages.  The
 benchmark reports the real transport's time as a multiple of this one, so
 the report says how much of the cost is the queue itself and how much is
@@ -25,23 +25,18 @@ cdef object _time_time = time.time
 
 cdef extern from *:
     """
-    #if defined(_WIN32)
-    #include <windows.h>
-    static double lqfloor_wall_time(void) {
-        FILETIME ft;
-        ULARGE_INTEGER u;
-        GetSystemTimePreciseAsFileTime(&ft);
-        u.LowPart = ft.dwLowDateTime;
-        u.HighPart = ft.dwHighDateTime;
-        return (double)(((long long)u.QuadPart - 116444736000000000LL) * 100LL) / 1e9;
-    }
-    #else
+    /* time.time() read in C on Linux only, exactly as _inmemory_c does. */
+    #if defined(__linux__)
     #include <time.h>
+    #define LQFLOOR_HAVE_WALL_TIME 1
     static double lqfloor_wall_time(void) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         return (double)((long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec) / 1e9;
     }
+    #else
+    #define LQFLOOR_HAVE_WALL_TIME 0
+    static double lqfloor_wall_time(void) { return 0.0; }
     #endif
 
     /* The transport's lock primitive, same as _inmemory_c: PyMutex where the
@@ -54,11 +49,16 @@ cdef extern from *:
     #define lqfloor_unlock(m) PyMutex_Unlock(m)
     #else
     typedef struct { char held; } lqfloor_mutex;
-    #define lqfloor_lock(m) ((m)->held = 1)
+    static CYTHON_INLINE void lqfloor_lock(lqfloor_mutex *m) {
+        if (m->held)
+            Py_FatalError("leasequeue: FloorTransport lock re-entered");
+        m->held = 1;
+    }
     #define lqfloor_unlock(m) ((m)->held = 0)
     #endif
     """
     double lqfloor_wall_time() noexcept nogil
+    bint LQFLOOR_HAVE_WALL_TIME
     ctypedef struct lqfloor_mutex:
         pass
     void lqfloor_lock(lqfloor_mutex *m) noexcept
@@ -90,7 +90,7 @@ cdef class FloorTransport:
         if not callable(clock):
             raise TypeError("clock must be callable")
         self._clock = clock
-        self._wall_clock = clock is _time_time
+        self._wall_clock = LQFLOOR_HAVE_WALL_TIME and clock is _time_time
         self._seq = 0
 
     cdef double _now(self) except? -1.0:
@@ -162,7 +162,7 @@ cdef class FloorPymutexTransport:
         if not callable(clock):
             raise TypeError("clock must be callable")
         self._clock = clock
-        self._wall_clock = clock is _time_time
+        self._wall_clock = LQFLOOR_HAVE_WALL_TIME and clock is _time_time
         self._seq = 0
 
     cdef double _now(self) except? -1.0:
