@@ -293,7 +293,7 @@ class _Level:
     None when no group of the subtree is ready.
     """
 
-    __slots__ = ("priority", "weight", "left", "right", "heap", "best", "groups")
+    __slots__ = ("priority", "weight", "left", "right", "heap", "best", "groups", "stale")
 
     def __init__(self, priority: int, weight: float) -> None:
         self.priority = priority
@@ -303,6 +303,7 @@ class _Level:
         self.heap: List[Tuple[int, _Group]] = []
         self.best: Optional[Tuple[int, _Group]] = None
         self.groups = 0  # groups of this priority (any state)
+        self.stale = 0  # about how many heap entries are stale (for compaction)
 
 
 def _pull(node: _Level) -> None:
@@ -510,6 +511,7 @@ class InMemoryTransport:
                         if top.ready_key == key:
                             break
                         heappop(heap)
+                        root.stale -= 1
                     root.best = heap[0] if heap else None
                 else:
                     entry = self._find(min_priority)
@@ -665,6 +667,15 @@ class InMemoryTransport:
                 self._settle()
         return TransportStats(*counts)
 
+    def __copy__(self) -> "InMemoryTransport":
+        raise TypeError("an InMemoryTransport cannot be copied")
+
+    def __deepcopy__(self, memo: Any) -> "InMemoryTransport":
+        raise TypeError("an InMemoryTransport cannot be copied")
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an InMemoryTransport cannot be pickled")
+
     def __len__(self) -> int:
         """Messages held: ready + leased + parked."""
         return self._messages
@@ -769,6 +780,24 @@ class InMemoryTransport:
         heap = level.heap
         if heap and heap[0][1] is group:
             self._take_top(level)
+        else:
+            level.stale = stale = level.stale + 1
+            if stale > 32 and 2 * stale > len(heap):
+                self._compact(level)
+
+    def _compact(self, level: _Level) -> None:
+        """Rebuild a level's heap from its live entries: O(size), amortised O(1)."""
+        live = []
+        seen = set()
+        for entry in level.heap:
+            group = entry[1]
+            if group.ready_key == entry[0] and group.level is level and id(group) not in seen:
+                seen.add(id(group))
+                live.append(entry)
+        heapify(live)
+        level.heap = live
+        level.stale = 0
+        self._repair(level)
 
     def _take_top(self, level: _Level) -> None:
         """Pop the level's top entry (and any stale ones) and fix ``best``."""
@@ -779,6 +808,7 @@ class InMemoryTransport:
             if group.ready_key == key and group.level is level:
                 break
             heappop(heap)
+            level.stale -= 1
         self._repair(level)
 
     def _repair(self, level: _Level) -> None:
