@@ -504,11 +504,18 @@ def test_memory_error_leaves_transport_consistent(impl: Any, shape: str) -> None
             vm = int(f.read().split()[0]) * resource.getpagesize()
         ballast = bytearray(64 * 2**20)
         resource.setrlimit(resource.RLIMIT_AS, (vm + 256 * 2**20, resource.RLIM_INFINITY))
+        import time
         count = 0
+        give_up = time.monotonic() + 60
         try:
             while True:
                 seq = t.publish(("g%d" % count) if many else "g", None)
                 count = seq
+                if not count % 4096 and time.monotonic() > give_up:
+                    # at the limit the interpreter can crawl (small allocations trickle
+                    # through page by page) instead of raising: nothing to test then
+                    print("crawl", count)
+                    sys.exit(0)
         except MemoryError:
             pass
         del ballast
@@ -533,6 +540,8 @@ def test_memory_error_leaves_transport_consistent(impl: Any, shape: str) -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    if out.stdout.startswith("crawl"):
+        pytest.skip("the interpreter crawled at the memory limit instead of raising MemoryError: " + out.stdout)
     assert out.stdout.startswith("ok"), out.stdout
     n = int(out.stdout.split()[1])
     assert n > 10_000, "ran out of memory before the transport grew: the test tests nothing"
