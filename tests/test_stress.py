@@ -183,6 +183,30 @@ class _Log:
             self.problems.append(text)
 
 
+# The switch interval is process-global and runs may overlap (pytest-run-parallel
+# in CI): the first run in sets it, the last one out restores it.
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_saved = 0.005
+
+
+def _switch_interval_enter(interval: float) -> None:
+    global _switch_users, _switch_saved
+    with _switch_lock:
+        if _switch_users == 0:
+            _switch_saved = sys.getswitchinterval()
+            sys.setswitchinterval(interval)
+        _switch_users += 1
+
+
+def _switch_interval_exit() -> None:
+    global _switch_users
+    with _switch_lock:
+        _switch_users -= 1
+        if _switch_users == 0:
+            sys.setswitchinterval(_switch_saved)
+
+
 class _Run:
     def __init__(self, cfg: StressConfig) -> None:
         self.cfg = cfg
@@ -441,8 +465,7 @@ class _Run:
 
     def run(self) -> StressResult:
         cfg = self.cfg
-        old_interval = sys.getswitchinterval()
-        sys.setswitchinterval(cfg.switch_interval)
+        _switch_interval_enter(cfg.switch_interval)
         started = time.monotonic()
         threads = [threading.Thread(target=self.worker, args=(i,), daemon=True) for i in range(cfg.workers)]
         threads += [threading.Thread(target=self.publisher, args=(i,), daemon=True) for i in range(cfg.publishers)]
@@ -488,7 +511,7 @@ class _Run:
                 self.barrier.abort()
             for th in threads:
                 th.join(30)
-            sys.setswitchinterval(old_interval)
+            _switch_interval_exit()
         seconds = time.monotonic() - started
         return self.analyse(seconds, len(threads))
 
