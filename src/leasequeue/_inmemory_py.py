@@ -99,6 +99,7 @@ class Lease:
     worker_id: str
     expires_at: float
     attempt: int
+    _owner: object
 
     def __init__(
         self,
@@ -165,6 +166,14 @@ class _LeaseBuilder:
     calls on the hot path."""
 
     __slots__ = Lease.__slots__
+
+    seq: int
+    group_id: str
+    event: Any
+    worker_id: str
+    expires_at: float
+    attempt: int
+    _owner: object
 
 
 def _issue(
@@ -815,10 +824,11 @@ class InMemoryTransport:
         """Recompute ``best`` on the path from the root to ``level``."""
         priority = level.priority
         node = self._root
-        path = []
+        path: List[_Level] = []
         while node is not level:
+            assert node is not None  # ``level`` is in the treap
             path.append(node)
-            node = node.left if priority < node.priority else node.right  # type: ignore[union-attr]
+            node = node.left if priority < node.priority else node.right
         _pull(level)
         for node in reversed(path):
             _pull(node)
