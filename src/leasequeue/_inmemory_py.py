@@ -420,6 +420,7 @@ class InMemoryTransport:
         self._pending: List[Tuple[int, str, Any, int]] = []
         self._owner = object()  # stamped on every lease this transport issues
         self._groups: Dict[str, _Group] = {}
+        self._groups_shrink_below = 0  # copy _groups when it drains below this
         self._levels: Dict[int, _Level] = {}
         self._root: Optional[_Level] = None
         self._rng = random.Random(0x1EA5E)
@@ -906,7 +907,18 @@ class InMemoryTransport:
 
     def _forget(self, group: _Group) -> None:
         """Drop an emptied group: priority and round-robin position go too."""
-        del self._groups[group.group_id]
+        groups = self._groups
+        del groups[group.group_id]
+        if len(groups) < self._groups_shrink_below:
+            # Dicts never give memory back on deletion: after a big backlog
+            # drained, copy the table into one sized for what is left.
+            try:
+                self._groups = dict(groups)
+            except MemoryError:  # keep the big table; nothing is lost
+                pass
+            self._groups_shrink_below = len(groups) // 8
+        elif len(groups) > 8 * self._groups_shrink_below + 1024:
+            self._groups_shrink_below = len(groups) // 8
         if group.ready_key is not None:
             self._unready(group)
         level = group.level
