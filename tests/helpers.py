@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 
@@ -27,3 +28,10 @@ class FakeClock:
     def set(self, value: float) -> None:
         with self._lock:
             self.now = float(value)
+
+
+#: CPython runs ``__del__`` the moment the last reference goes, and has
+#: tracemalloc and ``gc.set_threshold`` semantics the fault tests rely on;
+#: PyPy runs finalisers whenever its collector gets to them.
+CPYTHON_ONLY_REASON = "relies on CPython's reference counting / gc / tracemalloc semantics"
+IS_CPYTHON = sys.implementation.name == "cpython"

@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Set
 
 import pytest
 
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
+
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
@@ -124,6 +126,7 @@ def test_ratios_are_relative_to_the_fastest_real_transport(smoke: Dict[str, Any]
     assert all(r["ref"] == ref and r["ratio"] > 0 for r in ratios)
 
 
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
 def test_memory_rows_per_implementation(smoke: Dict[str, Any]) -> None:
     memory = smoke["json"]["memory"]
     assert {m["impl"] for m in memory} == _expected_impls()

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from helpers import FakeClock
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, FakeClock
 
 from leasequeue import LeaseLost
 
@@ -276,6 +276,7 @@ def test_keyboard_interrupt_from_clock_value_conversion(make_transport: Callable
 # -- user code in argument conversion may re-enter the transport ----------------
 
 
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
 def test_user_code_in_conversions_may_reenter(make_transport: Callable[..., Any]) -> None:
     """``__float__``/``__int__``/``__index__`` of int subclasses are user code: they run
     before the lock is taken, so calling back into the transport must not deadlock."""
@@ -334,6 +335,7 @@ def _drain_events(t: Any, stamp: List[Any]) -> List[Any]:
 # -- finalisers -------------------------------------------------------------------
 
 
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
 def test_event_finaliser_claims_and_acks_from_the_same_transport(transport: Any, clock: FakeClock) -> None:
     """When the last reference to an acked event goes, its ``__del__`` works the transport:
     claims the next message, acks it, reads stats/len.  Nothing deadlocks or is lost."""
@@ -366,6 +368,7 @@ def test_event_finaliser_claims_and_acks_from_the_same_transport(transport: Any,
     assert len(transport) == 0
 
 
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
 def test_finalisers_run_by_the_garbage_collector_during_operations(impl: Any) -> None:
     """Cyclic garbage whose ``__del__`` publishes to the transport.  The collector runs
     at whatever allocation crosses its threshold: when that allocation happens while

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import tracemalloc
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -25,6 +24,9 @@ import pytest
 from helpers import FakeClock
 
 from leasequeue import LeaseLost
+
+# CPython's allocation tracer; PyPy has no _tracemalloc.
+tracemalloc = pytest.importorskip("tracemalloc", reason="tracemalloc is not available on this interpreter")
 
 
 class Event:

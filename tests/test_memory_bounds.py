@@ -7,10 +7,14 @@ over; the transport's memory must not grow with the number of rounds.
 
 from __future__ import annotations
 
-import tracemalloc
 from typing import Any
 
+import pytest
+
 from helpers import FakeClock
+
+# CPython's allocation tracer; PyPy has no _tracemalloc.
+tracemalloc = pytest.importorskip("tracemalloc", reason="tracemalloc is not available on this interpreter")
 
 
 def _rounds(t: Any, clock: FakeClock, lease: Any, n: int) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from helpers import FakeClock
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, FakeClock
 from referee import INT64_MIN, ScriptedClock, fingerprint
 
 import leasequeue
@@ -780,6 +780,7 @@ def test_str_subclass_ids_are_stored_as_exact_str(transport: Any) -> None:
     assert transport.claim(Name("w"), 10).seq == 2
 
 
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
 def test_gc_finaliser_calling_back_during_operations(transport: Any) -> None:
     """Any finaliser is user code, including one the cycle collector runs in
     the middle of an operation: it may use the transport (no deadlock) and
