@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--markdown", metavar="FILE", help="write the Markdown report to FILE")
     b.add_argument("--plot", metavar="FILE.png", help="plot time per cycle vs N (needs matplotlib)")
     b.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    b.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="measure nothing: re-render the report (and --plot/--markdown) from a saved --json FILE",
+    )
     return parser
 
 
@@ -120,7 +125,13 @@ def _bench(args: argparse.Namespace) -> int:
         cfg.memory_n = args.memory_n or None
     elif args.sizes:
         cfg.memory_n = max(args.sizes)
-    report = bench.run(cfg, progress=not args.no_progress, memory=not args.no_memory)
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as f:
+            report = json.load(f)
+        saved = bench.BenchConfig(**report["meta"]["config"])
+        report["targets"] = bench.evaluate_targets(saved, report["results"], report["ratios"], report["memory"])
+    else:
+        report = bench.run(cfg, progress=not args.no_progress, memory=not args.no_memory)
     md = bench.render_markdown(report)
     sys.stdout.write(md + "\n")
     summary = bench.render_summary(report)
@@ -129,7 +140,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(md)
-    if args.json:
+    if args.json and not args.from_json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
     if args.plot:

@@ -51,6 +51,7 @@ __all__ = [
     "BenchConfig",
     "SeedTransport",
     "available_impls",
+    "evaluate_targets",
     "render_markdown",
     "run",
     "write_plot",
@@ -809,7 +810,7 @@ def _ratio(ratios: List[Dict[str, Any]], w: str, n: int, spec: str, impl: str) -
     return None
 
 
-def _targets(cfg: BenchConfig, results: List[Dict[str, Any]], ratios: List[Dict[str, Any]],
+def evaluate_targets(cfg: BenchConfig, results: List[Dict[str, Any]], ratios: List[Dict[str, Any]],
              memory: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Issue 4's targets, evaluated on this run (at the largest N measured
     when 1M was not run: the ``at`` field says where)."""
@@ -829,7 +830,7 @@ def _targets(cfg: BenchConfig, results: List[Dict[str, Any]], ratios: List[Dict[
         """Ratio of the fastest samples: what a quiet machine would approach."""
         if not a or not b or a["min_ns"] <= 0 or b["min_ns"] <= 0:
             return ""
-        return f"best-of-repeats: {a['min_ns'] / b['min_ns']:.3g}×"
+        return f"best-of-repeats: {_fmt_ratio(a['min_ns'] / b['min_ns'])}"
 
     c = _find(results, "cycle", big, spec, "cython")
     fl = _find(results, "cycle", big, spec, "floor")
@@ -961,7 +962,7 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
         "ratios": ratios,
         "memory": mem,
     }
-    report["targets"] = _targets(cfg, results, ratios, mem)
+    report["targets"] = evaluate_targets(cfg, results, ratios, mem)
     return report
 
 
@@ -985,7 +986,7 @@ def _fmt_ratio(x: Optional[float]) -> str:
     if x is None:
         return "-"
     if x >= 1e4:
-        return f"{x:.2g}×".replace("e+0", "e").replace("e+", "e")
+        return f"{x:.3g}×".replace("e+0", "e").replace("e+", "e")
     if x >= 100:
         return f"{x:.0f}×"
     return f"{x:.2f}×"
@@ -1163,7 +1164,7 @@ def render_summary(report: Dict[str, Any]) -> str:
             parts.append(f"{1 / r['ratio']:.2f}× the {LABELS[r['impl']]}")
         else:
             x = r["ratio"]
-            rel = f"{x:.3g}× faster than" if x >= 1 else f"{1 / x:.3g}× slower than"
+            rel = f"{_fmt_ratio(x)} faster than" if x >= 1 else f"{_fmt_ratio(1 / x)} slower than"
             parts.append(f"{rel} {LABELS[r['impl']]}" + (" (extrapolated)" if r["extrapolated"] else ""))
     return f"{LABELS[ref]} full cycle at N={_n_label(big)}, G={spec}: " + ", ".join(parts)
 
