@@ -25,6 +25,32 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/machine.txt"
 "$PY" -m leasequeue bench --full --markdown "$out/full.md" --json "$out/full.json" --plot "$out/cycle.png" "$@" > /dev/null
+# The same cycle with each implementation alone in its process: at 1M the
+# working set outgrows the caches, and in the interleaved run the other
+# implementations' samples evict it between samples.
+{
+  echo "# Full cycle, each implementation alone in its own process (G = N/10)"
+  echo
+  echo "In the interleaved run the other implementations run between samples and evict"
+  echo "this one's data from the caches; at N = 1M (a working set larger than L3) that"
+  echo "costs the Cython transport a few tens of ns per cycle. Median [min–max] of 11 repeats."
+  echo
+  echo "| implementation | N=10k | N=1M | 1M / 10k |"
+  echo "|---|---:|---:|---:|"
+  for impl in cython floor queue pure; do
+    "$PY" -m leasequeue bench --sizes 10k,1M --groups N/10 --workloads cycle --impls "$impl" \
+      --repeats 11 --ops 50000 --no-memory --no-progress --json "$out/.alone-$impl.json" > /dev/null
+    "$PY" - "$out/.alone-$impl.json" "$impl" <<'PYEOF'
+import json, sys
+from leasequeue._bench import fmt_ns
+r = {x["n"]: x for x in json.load(open(sys.argv[1]))["results"]}
+a, b = r[10_000], r[1_000_000]
+cell = lambda x: f"{fmt_ns(x['median_ns'])} [{fmt_ns(x['min_ns'])}–{fmt_ns(x['max_ns'])}]"
+print(f"| {sys.argv[2]} | {cell(a)} | {cell(b)} | {b['median_ns'] / a['median_ns']:.2f}× |")
+PYEOF
+    rm -f "$out/.alone-$impl.json"
+  done
+} > "$out/cycle-alone.md"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 if command -v valgrind > /dev/null; then
   "$PY" benchmarks/callgrind.py --json "$out/callgrind.json" > "$out/callgrind.md"
