@@ -115,3 +115,30 @@ def test_lease_lost_caught_for_both_implementations(impl: ModuleType) -> None:
             assert type(exc) is leasequeue.LeaseLost
         else:
             pytest.fail("no LeaseLost")
+
+
+def _run_copy(tmp_path: Any, broken: bool) -> "subprocess.CompletedProcess[str]":
+    """Import a copy of the package whose extension is missing, or broken."""
+    import shutil
+
+    src = Path(leasequeue.__file__).resolve().parent
+    dst = tmp_path / "leasequeue"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("_inmemory_c*", "__pycache__"))
+    if broken:
+        (dst / "_inmemory_c.py").write_text('raise ImportError("simulated ABI mismatch")\n')
+    env = {k: v for k, v in os.environ.items() if k != "LEASEQUEUE_NO_EXTENSIONS"}
+    env["PYTHONPATH"] = str(tmp_path)
+    code = "import leasequeue; print(leasequeue.IMPLEMENTATION)"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+
+
+def test_broken_extension_falls_back_loudly(tmp_path: Any) -> None:
+    out = _run_copy(tmp_path, broken=True)
+    assert out.stdout.strip() == "python"
+    assert "RuntimeWarning" in out.stderr and "simulated ABI mismatch" in out.stderr
+
+
+def test_missing_extension_falls_back_quietly(tmp_path: Any) -> None:
+    out = _run_copy(tmp_path, broken=False)
+    assert out.stdout.strip() == "python"
+    assert "Warning" not in out.stderr

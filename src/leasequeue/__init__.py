@@ -42,7 +42,18 @@ if TYPE_CHECKING or NO_EXTENSIONS:
 else:
     try:
         from ._inmemory_c import InMemoryTransport, Lease, TransportStats
-    except ImportError:  # no compiled extension for this platform/interpreter
+    except ImportError as exc:
+        if not (isinstance(exc, ModuleNotFoundError) and exc.name == f"{__name__}._inmemory_c"):
+            # The extension is there but broken (an ABI mismatch, a missing
+            # symbol): fall back, but loudly, unlike a pure-only install.
+            import warnings
+
+            warnings.warn(
+                f"leasequeue: the compiled extension failed to import ({exc}); "
+                "using the slower pure-Python implementation",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         from ._inmemory_py import InMemoryTransport, Lease, TransportStats
 
         IMPLEMENTATION = "python"
