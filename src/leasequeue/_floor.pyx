@@ -23,46 +23,14 @@ import time
 cdef object _time_time = time.time
 
 
-cdef extern from *:
-    """
-    /* time.time() read in C on Linux only, exactly as _inmemory_c does. */
-    #if defined(__linux__)
-    #include <time.h>
-    #define LQFLOOR_HAVE_WALL_TIME 1
-    static double lqfloor_wall_time(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (double)((long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec) / 1e9;
-    }
-    #else
-    #define LQFLOOR_HAVE_WALL_TIME 0
-    static double lqfloor_wall_time(void) { return 0.0; }
-    #endif
-
-    /* The transport's lock primitive, same as _inmemory_c: PyMutex where the
-       C API has it (3.13+, required on free-threaded builds); before 3.13 the
-       GIL serialises calls and nothing under the lock can release it, so the
-       lock is a flag. */
-    #if PY_VERSION_HEX >= 0x030d0000
-    typedef PyMutex lqfloor_mutex;
-    #define lqfloor_lock(m) PyMutex_Lock(m)
-    #define lqfloor_unlock(m) PyMutex_Unlock(m)
-    #else
-    typedef struct { char held; } lqfloor_mutex;
-    static CYTHON_INLINE void lqfloor_lock(lqfloor_mutex *m) {
-        if (m->held)
-            Py_FatalError("leasequeue: FloorTransport lock re-entered");
-        m->held = 1;
-    }
-    #define lqfloor_unlock(m) ((m)->held = 0)
-    #endif
-    """
-    double lqfloor_wall_time() noexcept nogil
-    bint LQFLOOR_HAVE_WALL_TIME
-    ctypedef struct lqfloor_mutex:
+cdef extern from "_lq_platform.h":
+    # Exactly the transport's C read of time.time and its lock primitive.
+    double lq_wall_time() noexcept nogil
+    bint LQ_HAVE_WALL_TIME
+    ctypedef struct lq_mutex:
         pass
-    void lqfloor_lock(lqfloor_mutex *m) noexcept
-    void lqfloor_unlock(lqfloor_mutex *m) noexcept
+    void lq_lock(lq_mutex *m) noexcept
+    void lq_unlock(lq_mutex *m) noexcept
 
 
 @cython.final
@@ -81,7 +49,7 @@ cdef class FloorLease:
 cdef class FloorTransport:
     """Same call shape as ``InMemoryTransport``; does no queueing at all."""
 
-    cdef lqfloor_mutex _lock
+    cdef lq_mutex _lock
     cdef object _clock
     cdef bint _wall_clock
     cdef long long _seq
@@ -90,21 +58,21 @@ cdef class FloorTransport:
         if not callable(clock):
             raise TypeError("clock must be callable")
         self._clock = clock
-        self._wall_clock = LQFLOOR_HAVE_WALL_TIME and clock is _time_time
+        self._wall_clock = LQ_HAVE_WALL_TIME and clock is _time_time
         self._seq = 0
 
     cdef double _now(self) except? -1.0:
         if self._wall_clock:
-            return lqfloor_wall_time()
+            return lq_wall_time()
         return self._clock()
 
     def publish(self, group_id, event, priority=0):
         """Take the lock, bump the sequence number, return it."""
         cdef long long seq
-        lqfloor_lock(&self._lock)
+        lq_lock(&self._lock)
         self._seq += 1
         seq = self._seq
-        lqfloor_unlock(&self._lock)
+        lq_unlock(&self._lock)
         return seq
 
     def claim(self, worker_id, visibility, min_priority=0):
@@ -112,9 +80,9 @@ cdef class FloorTransport:
         cdef double now = self._now()
         cdef double vis = visibility
         cdef long long seq
-        lqfloor_lock(&self._lock)
+        lq_lock(&self._lock)
         seq = self._seq
-        lqfloor_unlock(&self._lock)
+        lq_unlock(&self._lock)
         cdef FloorLease lease = FloorLease.__new__(FloorLease)
         lease.seq = seq
         lease.group_id = "g"
@@ -128,15 +96,15 @@ cdef class FloorTransport:
         """Check the lease type, take the lock, return None."""
         if not isinstance(lease, FloorLease):
             raise TypeError("not a FloorLease")
-        lqfloor_lock(&self._lock)
-        lqfloor_unlock(&self._lock)
+        lq_lock(&self._lock)
+        lq_unlock(&self._lock)
 
     def nack(self, lease, delay=0.0):
         """Check the lease type, take the lock, return None."""
         if not isinstance(lease, FloorLease):
             raise TypeError("not a FloorLease")
-        lqfloor_lock(&self._lock)
-        lqfloor_unlock(&self._lock)
+        lq_lock(&self._lock)
+        lq_unlock(&self._lock)
 
     def __len__(self):
         return 0
@@ -162,12 +130,12 @@ cdef class FloorPymutexTransport:
         if not callable(clock):
             raise TypeError("clock must be callable")
         self._clock = clock
-        self._wall_clock = LQFLOOR_HAVE_WALL_TIME and clock is _time_time
+        self._wall_clock = LQ_HAVE_WALL_TIME and clock is _time_time
         self._seq = 0
 
     cdef double _now(self) except? -1.0:
         if self._wall_clock:
-            return lqfloor_wall_time()
+            return lq_wall_time()
         return self._clock()
 
     def publish(self, group_id, event, priority=0):
