@@ -56,6 +56,7 @@ class RefStats(NamedTuple):
     groups: int
     leased: int
     parked: int
+    paused: int = 0
 
 
 # -- argument checks: the SPEC's bad-input table, in decisions.md's words ----

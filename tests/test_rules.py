@@ -176,7 +176,7 @@ def test_stats_observes_expiry_permanently(transport: Any, clock: FakeClock) -> 
     transport.publish("g", "e")
     transport.claim("w", 10)
     clock.advance(20)
-    assert tuple(transport.stats()) == (1, 1, 0, 0)
+    assert tuple(transport.stats()) == (1, 1, 0, 0, 0)
     clock.advance(-15)
     assert transport.claim("w2", 10) is not None
 
@@ -231,7 +231,7 @@ def test_park_blocks_group(transport: Any, clock: FakeClock) -> None:
     transport.publish("g", "second")
     lease = transport.claim("w", 30)
     transport.nack(lease, delay=100)
-    assert tuple(transport.stats()) == (2, 1, 0, 1)
+    assert tuple(transport.stats()) == (2, 1, 0, 1, 0)
     clock.advance(100)  # due exactly now: still parked
     assert transport.claim("w", 30) is None
     clock.advance(1)
@@ -244,7 +244,7 @@ def test_nack_with_infinite_delay_parks_forever(transport: Any, clock: FakeClock
     transport.nack(transport.claim("w", 1), delay=math.inf)
     clock.advance(1e300)
     assert transport.claim("w", 1) is None
-    assert tuple(transport.stats()) == (1, 1, 0, 1)
+    assert tuple(transport.stats()) == (1, 1, 0, 1, 0)
 
 
 # -- nack(0) ------------------------------------------------------------------
@@ -393,9 +393,9 @@ def test_ack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: Fak
     lease = transport.claim("w", 10)
     clock.advance(100)
     assert transport.claim("w", 10, min_priority=1) is None  # observed, not re-claimed
-    assert tuple(transport.stats()) == (1, 1, 0, 0)
+    assert tuple(transport.stats()) == (1, 1, 0, 0, 0)
     transport.ack(lease)
-    assert len(transport) == 0 and tuple(transport.stats()) == (0, 0, 0, 0)
+    assert len(transport) == 0 and tuple(transport.stats()) == (0, 0, 0, 0, 0)
 
 
 @pytest.mark.parametrize("observed", [False, True])
@@ -406,7 +406,7 @@ def test_nack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: Fa
     if observed:
         transport.stats()
     transport.nack(lease, 50)  # parks from now
-    assert tuple(transport.stats()) == (1, 1, 0, 1)
+    assert tuple(transport.stats()) == (1, 1, 0, 1, 0)
     clock.advance(50)
     assert transport.claim("w", 10) is None
     clock.advance(1)
@@ -440,7 +440,7 @@ def test_extend_after_expiry_relocks(transport: Any, clock: FakeClock) -> None:
     clock.advance(50)
     assert transport.claim("w", 10, min_priority=1) is None  # expiry observed
     renewed = transport.extend(lease, 30)
-    assert tuple(transport.stats()) == (1, 1, 1, 0)
+    assert tuple(transport.stats()) == (1, 1, 1, 0, 0)
     assert transport.claim("w2", 10) is None  # blocked again
     transport.ack(renewed)
     assert len(transport) == 0
@@ -533,7 +533,7 @@ def test_lease_from_another_instance_raises_lease_lost(make_transport: Callable[
     for op in (one.ack, one.nack, lambda x: one.nack(x, 5), lambda x: one.extend(x, 5)):
         with pytest.raises(leasequeue.LeaseLost):
             op(foreign)
-    assert tuple(one.stats()) == (1, 1, 1, 0)
+    assert tuple(one.stats()) == (1, 1, 1, 0, 0)
     one.ack(mine)
     two.ack(foreign)
 
@@ -543,9 +543,9 @@ def test_lease_from_another_instance_raises_lease_lost(make_transport: Callable[
 
 def test_stats_fields(transport: Any, clock: FakeClock, impl: ModuleType) -> None:
     stats = transport.stats()
-    assert stats._fields == ("messages", "groups", "leased", "parked")
+    assert stats._fields == ("messages", "groups", "leased", "parked", "paused")
     assert type(stats).__name__ == "TransportStats"
-    assert isinstance(stats, tuple) and stats == (0, 0, 0, 0)
+    assert isinstance(stats, tuple) and stats == (0, 0, 0, 0, 0)
     for group in ("a", "a", "b", "c", "d"):
         transport.publish(group, group)
     leased = transport.claim("w", 10)
@@ -554,11 +554,11 @@ def test_stats_fields(transport: Any, clock: FakeClock, impl: ModuleType) -> Non
     stats = transport.stats()
     assert (stats.messages, stats.groups, stats.leased, stats.parked) == (5, 4, 1, 1)
     clock.advance(15)  # the lease expired (nobody claimed since): neither
-    assert transport.stats() == (5, 4, 0, 1)
+    assert transport.stats() == (5, 4, 0, 1, 0)
     clock.advance(10)
-    assert transport.stats() == (5, 4, 0, 0)
+    assert transport.stats() == (5, 4, 0, 0, 0)
     transport.ack(leased)  # still current: accepted
-    assert transport.stats() == (4, 4, 0, 0)
+    assert transport.stats() == (4, 4, 0, 0, 0)
 
 
 def test_len(transport: Any) -> None:

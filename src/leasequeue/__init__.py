@@ -18,11 +18,13 @@ import os
 from typing import TYPE_CHECKING
 
 from ._errors import LeaseLost, LeaseQueueError
+from ._types import GroupInfo, TransportStats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "IMPLEMENTATION",
+    "GroupInfo",
     "InMemoryTransport",
     "Lease",
     "LeaseLost",
@@ -36,12 +38,12 @@ NO_EXTENSIONS: bool = bool(os.environ.get("LEASEQUEUE_NO_EXTENSIONS"))
 
 IMPLEMENTATION: str
 if TYPE_CHECKING or NO_EXTENSIONS:
-    from ._inmemory_py import InMemoryTransport, Lease, TransportStats
+    from ._inmemory_py import InMemoryTransport, Lease
 
     IMPLEMENTATION = "python"
 else:
     try:
-        from ._inmemory_c import InMemoryTransport, Lease, TransportStats
+        from ._inmemory_c import InMemoryTransport, Lease
     except ImportError as exc:
         if not (isinstance(exc, ModuleNotFoundError) and exc.name == f"{__name__}._inmemory_c"):
             # The extension is there but broken (an ABI mismatch, a missing
@@ -54,7 +56,7 @@ else:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        from ._inmemory_py import InMemoryTransport, Lease, TransportStats
+        from ._inmemory_py import InMemoryTransport, Lease
 
         IMPLEMENTATION = "python"
     else:

@@ -1,8 +1,8 @@
 """Type stub for the compiled transport: the same API as the pure twin."""
 
-from ._inmemory_py import PARKED as PARKED
+from ._types import PARKED as PARKED
 from ._inmemory_py import InMemoryTransport as InMemoryTransport
 from ._inmemory_py import Lease as Lease
-from ._inmemory_py import TransportStats as TransportStats
+from ._types import TransportStats as TransportStats
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]

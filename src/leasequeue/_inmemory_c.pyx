@@ -49,12 +49,9 @@ from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint
 import time
 
 from ._errors import LeaseLost
-from ._inmemory_py import TransportStats
+from ._types import PARKED, TransportStats
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
-
-#: The ``worker_id`` reserved for parked messages (the seed's sentinel).
-PARKED = "__parked__"
 
 cdef str _PARKED_STR = PARKED
 cdef object _time_time = time.time

@@ -38,17 +38,22 @@ import random
 import threading
 import time
 from heapq import heapify, heappop, heappush
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._errors import LeaseLost
+from ._types import PARKED, TransportStats
+from ._validation import (
+    INT64_MAX as _INT64_MAX,
+    INT64_MIN as _INT64_MIN,
+    check_duration as _check_duration,
+    check_id as _check_id,
+    check_priority as _check_priority,
+    check_time as _check_time,
+    check_worker as _check_worker,
+)
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 
-#: The ``worker_id`` reserved for parked messages (the seed's sentinel).
-PARKED = "__parked__"
-
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 # Never-claimed groups are keyed by ``first seq - _NEVER_CLAIMED`` so every
 # one of them sorts before every claimed group (keyed by claim number >= 1).
 _NEVER_CLAIMED = 2**62
@@ -59,19 +64,6 @@ _LEASED = 1
 _PARKED = 2
 
 _INF = math.inf
-
-
-class TransportStats(NamedTuple):
-    """A snapshot of a transport's counts (``InMemoryTransport.stats()``)."""
-
-    #: Messages held: ready + leased + parked (the same as ``len(transport)``).
-    messages: int
-    #: Groups holding at least one message.
-    groups: int
-    #: Messages under a lease that has not expired.
-    leased: int
-    #: Messages parked by ``nack(delay > 0)`` and not yet due.
-    parked: int
 
 
 _osetattr = object.__setattr__
@@ -195,47 +187,6 @@ def _issue(
 # ---------------------------------------------------------------- validation
 
 
-def _check_id(value: Any, name: str) -> str:
-    if type(value) is str:
-        return value
-    if isinstance(value, str):
-        # An exact copy: no user __hash__/__eq__ may run under the lock.
-        return str.__getitem__(value, slice(None))
-    raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-
-
-def _check_worker(value: Any) -> str:
-    worker_id = _check_id(value, "worker_id")
-    if worker_id == PARKED:
-        raise ValueError(f"worker_id {PARKED!r} is reserved for parked messages")
-    return worker_id
-
-
-def _check_priority(value: Any, name: str) -> int:
-    if type(value) is not int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-        value = int(value)
-    if value < _INT64_MIN or value > _INT64_MAX:
-        raise OverflowError(f"{name} {value} is outside the signed 64-bit range")
-    return value
-
-
-def _check_duration(value: Any, name: str) -> float:
-    if type(value) is float:
-        seconds = value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond float range: as good as infinite
-            seconds = _INF if value > 0 else -_INF
-    else:
-        raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
-    if not seconds >= 0.0:  # also catches NaN
-        raise ValueError(f"{name} must be >= 0, not {value!r}")
-    return seconds
-
-
 def _check_lease(lease: Any) -> Lease:
     # The exact type (Lease cannot be subclassed): isinstance() would consult
     # a forged ``__class__``, and its attributes could run user code.
@@ -243,18 +194,6 @@ def _check_lease(lease: Any) -> Lease:
         raise TypeError(f"expected a Lease, not {type(lease).__name__}")
     return lease
 
-
-def _check_time(value: Any) -> float:
-    if type(value) is not float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"clock() must return an int or float, not {type(value).__name__}")
-        try:
-            value = float(value)
-        except OverflowError:
-            raise ValueError(f"clock() returned {value!r}, which is not finite") from None
-    if value - value != 0.0:  # NaN or an infinity
-        raise ValueError(f"clock() returned {value!r}, which is not finite")
-    return value
 
 
 # ---------------------------------------------------------------- structures

@@ -1,0 +1,53 @@
+"""Value types shared by every transport (in-memory, SQLite, PostgreSQL).
+
+Defined once, in pure Python, so that each backend returns the same classes:
+``TransportStats`` from ``stats()`` and ``GroupInfo`` from ``group()`` /
+``groups()``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+__all__ = ["PARKED", "GroupInfo", "TransportStats"]
+
+#: The ``worker_id`` reserved for parked messages (the seed's sentinel).
+PARKED = "__parked__"
+
+
+class TransportStats(NamedTuple):
+    """A snapshot of a transport's counts (``stats()``)."""
+
+    #: Messages held: ready + leased + parked (the same as ``len(transport)``).
+    messages: int
+    #: Groups holding at least one message.
+    groups: int
+    #: Messages under a lease that has not expired.
+    leased: int
+    #: Messages parked by ``nack(delay > 0)`` and not yet due.
+    parked: int
+    #: Groups paused by ``pause()`` (held messages or not).
+    paused: int = 0
+
+
+class GroupInfo(NamedTuple):
+    """What one group is doing (``group()`` / ``groups()``), as of one ``now``."""
+
+    group_id: str
+    priority: int
+    #: Messages held: ready + leased + parked.
+    messages: int
+    #: ``"ready"``, ``"leased"``, ``"parked"`` or ``"paused"``.
+    state: str
+    #: Paused by ``pause()``; a leased message of a paused group reports
+    #: ``state="leased"`` and ``paused=True``.
+    paused: bool
+    #: Seq of the group's oldest message (``None`` for an empty paused group).
+    head_seq: Optional[int]
+    #: The current lease or park: holder (``"__parked__"`` for a park), end
+    #: and delivery count; all ``None`` when nothing is leased or parked.
+    worker_id: Optional[str]
+    expires_at: Optional[float]
+    attempt: Optional[int]
+    #: Clock time of the group's last claim, ``None`` if never claimed.
+    last_claimed_at: Optional[float]

@@ -1,0 +1,94 @@
+"""Argument checks shared by the pure-Python transports.
+
+The SPEC's bad-input table in code: each check converts an accepted value to
+its exact type (``str``, ``int``, ``float``) or raises ``TypeError``,
+``ValueError`` or ``OverflowError`` with the message every transport uses.
+The Cython transport has ``cdef`` twins of these with the same messages
+(``tests/test_parity.py`` keeps them in step).  They never run user code
+beyond the conversions the argument's own type defines, and are called
+before any transport takes its lock.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._types import PARKED
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "check_duration",
+    "check_id",
+    "check_priority",
+    "check_time",
+    "check_worker",
+]
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+_INF = math.inf
+
+
+def check_id(value: Any, name: str) -> str:
+    """``group_id`` / ``worker_id``: a ``str``; a subclass becomes an exact ``str``."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        # An exact copy: no user __hash__/__eq__ may run under the lock.
+        return str.__getitem__(value, slice(None))
+    raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+
+
+def check_worker(value: Any) -> str:
+    """``worker_id``: as ``check_id``, and not the park sentinel."""
+    worker_id = check_id(value, "worker_id")
+    if worker_id == PARKED:
+        raise ValueError(f"worker_id {PARKED!r} is reserved for parked messages")
+    return worker_id
+
+
+def check_priority(value: Any, name: str) -> int:
+    """``priority`` / ``min_priority``: an ``int`` (not ``bool``) in the signed 64-bit range."""
+    if type(value) is not int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        value = int(value)
+    if value < INT64_MIN or value > INT64_MAX:
+        raise OverflowError(f"{name} {value} is outside the signed 64-bit range")
+    return value
+
+
+def check_duration(value: Any, name: str) -> float:
+    """``visibility`` / ``delay``: an ``int`` or ``float`` (not ``bool``), ``>= 0``.
+
+    ``+inf`` (or an ``int`` too large for a float) means "never expires".
+    """
+    if type(value) is float:
+        seconds = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond float range: as good as infinite
+            seconds = _INF if value > 0 else -_INF
+    else:
+        raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
+    if not seconds >= 0.0:  # also catches NaN
+        raise ValueError(f"{name} must be >= 0, not {value!r}")
+    return seconds
+
+
+def check_time(value: Any) -> float:
+    """A ``clock()`` reading: an ``int`` or ``float`` (not ``bool``), finite."""
+    if type(value) is not float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"clock() must return an int or float, not {type(value).__name__}")
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"clock() returned {value!r}, which is not finite") from None
+    if value - value != 0.0:  # NaN or an infinity
+        raise ValueError(f"clock() returned {value!r}, which is not finite")
+    return value
