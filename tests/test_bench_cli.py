@@ -161,7 +161,7 @@ def test_seed_baseline_chooses_what_the_transport_chooses() -> None:
     import itertools
     import random
 
-    from leasequeue._bench import SeedTransport
+    from leasequeue.bench import SeedTransport
     from leasequeue._inmemory_py import InMemoryTransport
 
     rng = random.Random(4)

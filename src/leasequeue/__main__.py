@@ -43,7 +43,7 @@ def _str_list(text: str) -> List[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``leasequeue`` argument parser (subcommands: ``bench``, ``info``)."""
-    from ._bench import ALL_IMPLS, WORKLOADS
+    from .bench import ALL_IMPLS, WORKLOADS
 
     parser = argparse.ArgumentParser(
         prog="leasequeue",
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from . import _bench as bench
+    from . import bench
 
     if args.full:
         cfg = bench.BenchConfig.full()
