@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,19 @@ def test_json_has_every_implementation_and_key(smoke: Dict[str, Any]) -> None:
         assert r["median_ns"] > 0
     # queue.Queue has no leases: it is never run on the lease-only workloads.
     assert not any(r["impl"] == "queue" and r["workload"] in ("nack", "expiry", "priority") for r in report["results"])
+
+
+def test_header_names_the_cython_that_compiled_the_extension(smoke: Dict[str, Any]) -> None:
+    """The version recorded at build time, not whatever Cython is importable now."""
+    machine = smoke["json"]["meta"]["machine"]
+    if _importable("leasequeue._floor"):
+        version = importlib.import_module("leasequeue._floor").CYTHON_VERSION
+        assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?", version), version
+        assert machine["cython"] == version
+        assert f"; Cython {version}; leasequeue " in smoke["stdout"]
+    else:
+        assert machine["cython"] is None
+        assert "no compiled extension" in smoke["stdout"]
 
 
 def test_ratios_are_relative_to_the_fastest_real_transport(smoke: Dict[str, Any]) -> None:

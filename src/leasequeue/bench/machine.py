@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import sys
 from typing import Any, Dict, Optional
 
-__all__ = ["machine"]
+__all__ = ["compiled_with", "machine"]
+
+
+def compiled_with() -> Optional[str]:
+    """The Cython version that compiled the extension, as recorded at build
+    time in its ``CYTHON_VERSION`` attribute; None when no compiled module
+    imports.  (The Cython importable at run time, if any, says nothing about
+    an installed wheel.)"""
+    for name in ("_inmemory_c", "_floor"):
+        try:
+            module = importlib.import_module(f"leasequeue.{name}")
+        except ImportError:
+            continue
+        version = getattr(module, "CYTHON_VERSION", None)
+        if version:
+            return str(version)
+    return None
 
 
 def machine() -> Dict[str, Any]:
-    """CPU, cores, Python, platform, GIL, Cython and leasequeue versions."""
+    """CPU, cores, Python, platform, GIL, the Cython that compiled the extension, leasequeue."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -21,12 +38,6 @@ def machine() -> Dict[str, Any]:
                     break
     except OSError:
         pass
-    try:
-        import Cython  # noqa: F401
-
-        cython_version: Optional[str] = Cython.__version__
-    except ImportError:
-        cython_version = None
     from .. import __version__
 
     return {
@@ -37,6 +48,6 @@ def machine() -> Dict[str, Any]:
         "python_build": " ".join(platform.python_build()),
         "platform": platform.platform(),
         "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
-        "cython": cython_version,
+        "cython": compiled_with(),
         "leasequeue": __version__,
     }

@@ -16,6 +16,13 @@ from .workloads import REGISTRY, WORKLOADS
 __all__ = ["SECTIONS", "render_markdown", "render_summary"]
 
 
+def _compiled(machine: Dict[str, Any]) -> str:
+    """Which Cython compiled the extension (``None``: nothing compiled)."""
+    if machine.get("cython") is None:
+        return "no compiled extension (pure Python only)"
+    return f"Cython {machine['cython']}"
+
+
 def _header(report: Dict[str, Any]) -> List[str]:
     meta = report["meta"]
     ref = meta["ratio_reference"]
@@ -24,7 +31,7 @@ def _header(report: Dict[str, Any]) -> List[str]:
         f"# leasequeue benchmark ({meta['mode']} mode)",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores; {m['python_implementation']} {m['python']}"
-        f" ({m['platform']}); Cython {m['cython']}; leasequeue {m['leasequeue']}.",
+        f" ({m['platform']}); {_compiled(m)}; leasequeue {m['leasequeue']}.",
         f"Run {meta['started_utc']}, {meta['duration_s']:.0f} s; {meta['config']['repeats']} repeats,"
         f" interleaved; GC off in timed loops; bare loop overhead {meta['loop_overhead_ns']:.0f} ns/op"
         " (included in every figure).",
