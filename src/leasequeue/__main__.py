@@ -129,7 +129,7 @@ def _bench(args: argparse.Namespace) -> int:
         with open(args.from_json, encoding="utf-8") as f:
             report = json.load(f)
         saved = bench.BenchConfig(**report["meta"]["config"])
-        report["targets"] = bench.evaluate_targets(saved, report["results"], report["ratios"], report["memory"])
+        report["targets"] = bench.evaluate_goals(saved, report["results"], report["ratios"], report["memory"])
     else:
         report = bench.run(cfg, progress=not args.no_progress, memory=not args.no_memory)
     md = bench.render_markdown(report)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from .config import BenchConfig
 from .fmt import fmt_ns
-from .goals import evaluate_targets
+from .goals import evaluate_goals
 from .impls import ALL_IMPLS, DEFAULT_IMPLS, LABELS, available_impls
 from .plot import write_plot
 from .report import render_markdown, render_summary
@@ -54,7 +54,7 @@ __all__ = [
     "BenchConfig",
     "SeedTransport",
     "available_impls",
-    "evaluate_targets",
+    "evaluate_goals",
     "fmt_ns",
     "render_markdown",
     "render_summary",

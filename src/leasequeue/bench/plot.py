@@ -26,7 +26,10 @@ def write_plot(report: Dict[str, Any], path: str) -> Optional[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed (pip install 'leasequeue[bench]'): plot skipped"
+        return (
+            "matplotlib is not installed: plot skipped (python -m pip install matplotlib;"
+            ' from a clone of leasequeue: python -m pip install ".[bench]")'
+        )
     rows = [r for r in report["results"] if r["workload"] == "cycle"]
     if not rows:
         return "no cycle results: plot skipped"

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any, Dict
 
 from .config import BenchConfig
-from .goals import evaluate_targets
+from .goals import evaluate_goals
 from .impls import ALL_IMPLS, available_impls
 from .machine import machine
 from .memory import run_memory
@@ -61,5 +61,5 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
         "ratios": rat,
         "memory": mem,
     }
-    report["targets"] = evaluate_targets(cfg, results, rat, mem)
+    report["targets"] = evaluate_goals(cfg, results, rat, mem)
     return report
