@@ -19,10 +19,15 @@ Importing this package needs neither pytest nor hypothesis.
 from __future__ import annotations
 
 from ._clock import ManualClock
+from ._differential import DifferentialFailure, DifferentialSummary, check_differential, replay
 from ._reference import ReferenceLease, ReferenceTransport
 
 __all__ = [
+    "DifferentialFailure",
+    "DifferentialSummary",
     "ManualClock",
     "ReferenceLease",
     "ReferenceTransport",
+    "check_differential",
+    "replay",
 ]
