@@ -10,7 +10,10 @@ An engine author who writes a backend (SQLite, PostgreSQL, Redis...) calls::
             check_differential(lambda clock: MyTransport(clock=clock), seed=seed, ops=2000)
 
 ``make_transport(clock)`` must build a fresh, empty transport that reads time
-from ``clock`` (a ``ManualClock``).  The check drives that transport and a
+from ``clock`` (a ``ManualClock``).  It is called many times -- a second
+instance for foreign leases, and fresh ones for every replay while a failure
+is shrunk -- so keep it cheap (a new temporary database file each call, say)
+and deterministic: the same operations must give the same answers.  The check drives that transport and a
 ``ReferenceTransport`` with the same seeded random operations -- publish,
 claim, ack, nack, extend, stats, len, close, Part 2's control plane and
 batches, bad input of every kind, stale, forged and foreign leases, a clock
@@ -18,7 +21,9 @@ that jumps, goes back, raises or returns garbage -- and compares every
 result and every error.  At the first difference it *shrinks* the run
 (delta debugging, replaying subsets from scratch) to a 1-minimal list of
 operations and raises ``DifferentialFailure`` (an ``AssertionError``) whose
-message is that list as a Python script you can paste and run.
+message is that list as a Python script you can paste and run.  The
+exception also carries the list (``failure.ops``), which ``replay`` runs
+again, e.g. in a regression test.
 
 Flags say what a backend does not promise:
 
