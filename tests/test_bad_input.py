@@ -4,7 +4,7 @@ implementations.
 Each case runs the same history on two transports, makes the bad call on
 one of them, checks the exception type, then compares everything observable
 about the two (``len``, ``stats()``, which claims succeed next and in which
-order, the drain order: ``referee.fingerprint``).  The clock is made to
+order, the drain order: ``helpers.fingerprint``).  The clock is made to
 raise during the bad call, so an argument error also proves that arguments
 are validated before the clock is read (docs/decisions.md).
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+from contextlib import nullcontext
 from decimal import Decimal
 from fractions import Fraction
 from types import ModuleType
@@ -21,7 +22,8 @@ from typing import Any, Callable
 
 import pytest
 
-from referee import INT64_MAX, INT64_MIN, RefLease, ScriptedClock, fingerprint
+from helpers import INT64_MAX, INT64_MIN, fingerprint
+from leasequeue.testing import ManualClock, ReferenceLease
 
 import leasequeue
 
@@ -32,7 +34,7 @@ class ClockTouched(Exception):
     """Raised by the clock during a call that must fail before reading it."""
 
 
-def history(t: Any, clock: ScriptedClock) -> dict[str, Any]:
+def history(t: Any, clock: ManualClock) -> dict[str, Any]:
     """A little of everything: a current lease, a stale one, a parked group,
     a never-claimed group, a group below the default floor."""
     t.publish("a", "a1", priority=3)
@@ -98,7 +100,7 @@ for name, bad in (("-1", -1), ("-tiny", -1e-300), ("nan", NAN), ("-inf", -math.i
     row(f"nack-delay-{name}", lambda t, l, bad=bad: t.nack(l["current"], bad), ValueError)
 # ack/nack/extend given something that is not a Lease -> TypeError
 for name, bad in (("none", None), ("tuple", (1, "a", "a1", "w", 1010.0, 1)), ("int", 1),
-                  ("referee-lease", RefLease(1, "a", "a1", "w", 1010.0, 1))):
+                  ("referee-lease", ReferenceLease(1, "a", "a1", "w", 1010.0, 1))):
     row(f"ack-{name}", lambda t, l, bad=bad: t.ack(bad), TypeError)
     row(f"nack-{name}", lambda t, l, bad=bad: t.nack(bad), TypeError)
     row(f"nack-park-{name}", lambda t, l, bad=bad: t.nack(bad, 5), TypeError)
@@ -125,18 +127,16 @@ def assert_changes_nothing(
 ) -> None:
     """Run ``history`` on two transports, ``call`` on one: it must raise
     ``error`` and leave the two indistinguishable."""
-    clocks = [ScriptedClock(), ScriptedClock()]
+    clocks = [ManualClock(), ManualClock()]
     subject, control = (make_transport(clock=c) for c in clocks)
     leases = history(subject, clocks[0])
     history(control, clocks[1])
-    if clock_during_call is not None:
-        clocks[0].bad = clock_during_call
     reads = clocks[0].reads
-    with pytest.raises(error):
-        call(subject, leases)
+    with clocks[0].misbehave(clock_during_call) if clock_during_call is not None else nullcontext():
+        with pytest.raises(error):
+            call(subject, leases)
     if isinstance(clock_during_call, ClockTouched):
         assert clocks[0].reads == reads, "the clock was read before the arguments were checked"
-    clocks[0].behave()
     assert fingerprint(subject, clocks[0]) == fingerprint(control, clocks[1])
 
 
@@ -179,7 +179,7 @@ def test_lease_of_the_other_implementation(make_transport: Callable[..., Any], i
     other = other_module(impl)
     if other is None:
         pytest.skip("only one implementation available")
-    foreign_clock = ScriptedClock()
+    foreign_clock = ManualClock()
     foreign = history(other.InMemoryTransport(clock=foreign_clock), foreign_clock)["current"]
     error = leasequeue.LeaseLost if other.Lease is impl.Lease else TypeError
     for call in (
@@ -212,7 +212,7 @@ def test_lease_of_the_other_implementation(make_transport: Callable[..., Any], i
          "extend-inf", "nack-inf", "nack-neg0", "empty-group", "empty-worker"],
 )
 def test_edge_values_accepted(make_transport: Callable[..., Any], call: Call) -> None:
-    clock = ScriptedClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     leases = history(t, clock)
     call(t, leases)  # must not raise

@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, FakeClock
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
+from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
 
@@ -336,7 +337,7 @@ def _drain_events(t: Any, stamp: List[Any]) -> List[Any]:
 
 
 @pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
-def test_event_finaliser_claims_and_acks_from_the_same_transport(transport: Any, clock: FakeClock) -> None:
+def test_event_finaliser_claims_and_acks_from_the_same_transport(transport: Any, clock: ManualClock) -> None:
     """When the last reference to an acked event goes, its ``__del__`` works the transport:
     claims the next message, acks it, reads stats/len.  Nothing deadlocks or is lost."""
     log: List[Any] = []
@@ -575,7 +576,7 @@ def test_hostile_str_subclass_ids_never_run_under_the_lock(make_transport: Calla
             holder[0].publish("getitem", None)
             return str.__getitem__(self, item)
 
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     holder.append(t)
     event = object()
@@ -591,7 +592,7 @@ def test_hostile_str_subclass_ids_never_run_under_the_lock(make_transport: Calla
     _drain_all(t, clock)
 
 
-def _drain_all(t: Any, clock: FakeClock) -> int:
+def _drain_all(t: Any, clock: ManualClock) -> int:
     clock.advance(10**9)
     n = len(t)
     got = 0
@@ -627,7 +628,7 @@ def test_object_pretending_to_be_a_lease_runs_no_code_under_the_lock(
     issued: ``TypeError`` or ``LeaseLost``, nothing changed, and no deadlock."""
     holder: List[Any] = []
     reentered: List[str] = []
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     holder.append(t)
     t.publish("g", "e")
@@ -710,7 +711,7 @@ def test_lease_outliving_its_transport_is_refused_by_a_successor(make_transport:
     """A transport dies with a lease outstanding; a new one (often at the same address)
     issues a look-alike delivery.  The old lease must not be current there (no ABA on
     whatever marks a lease's owner)."""
-    clock = FakeClock()
+    clock = ManualClock()
     same_address = 0
     for _ in range(50):
         t1 = make_transport(clock=clock)

@@ -28,7 +28,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule, run_state_machine_as_test
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
 
@@ -52,7 +52,7 @@ def make_machine(impl: Any) -> type:
 
         def __init__(self) -> None:
             super().__init__()
-            self.clock = FakeClock(1000.0)
+            self.clock = ManualClock(1000.0)
             self.t = impl.InMemoryTransport(clock=self.clock)
             self.groups: Dict[str, _GroupShadow] = {}
             self.events: Dict[int, Any] = {}

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import pytest
 
 import leasequeue
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 
 @pytest.fixture(scope="module")
@@ -137,14 +137,14 @@ def test_transport_constructor_contract(pure: ModuleType, compiled: ModuleType) 
     assert list(params) == ["clock"] and params["clock"].default is time.time
     for module in (pure, compiled):
         cls = module.InMemoryTransport
-        for t in (cls(clock=FakeClock(7.0)), cls(FakeClock(7.0))):
+        for t in (cls(clock=ManualClock(7.0)), cls(ManualClock(7.0))):
             t.publish("g", "e")
             assert t.claim("w", 1).expires_at == 8.0
         before = time.time()
         t = cls()  # default: time.time
         t.publish("g", "e")
         assert before + 100 <= t.claim("w", 100).expires_at <= time.time() + 100
-        for args, kwargs in (((), {"clock": FakeClock(), "extra": 1}), ((FakeClock(), FakeClock()), {}),
+        for args, kwargs in (((), {"clock": ManualClock(), "extra": 1}), ((ManualClock(), ManualClock()), {}),
                              ((), {"time": time.time}), ((), {"clock": None})):
             with pytest.raises(TypeError):
                 cls(*args, **kwargs)
@@ -167,7 +167,7 @@ def test_lease_constructor_contract(pure: ModuleType, compiled: ModuleType) -> N
 def test_same_reprs(pure: ModuleType, compiled: ModuleType) -> None:
     reprs = []
     for module in (pure, compiled):
-        t = module.InMemoryTransport(clock=FakeClock())
+        t = module.InMemoryTransport(clock=ManualClock())
         t.publish("g", ("ev", 1))
         t.publish("h", None)
         lease = t.claim("w", 2.5)

@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, FakeClock
-from referee import INT64_MIN, ScriptedClock, fingerprint
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
+from leasequeue.testing import ManualClock
+from helpers import INT64_MIN, fingerprint
 
 import leasequeue
 
@@ -52,7 +53,7 @@ def test_single_active_consumer_per_group(transport: Any) -> None:
 # -- 2. FIFO within a group ---------------------------------------------------
 
 
-def test_fifo_within_group(transport: Any, clock: FakeClock) -> None:
+def test_fifo_within_group(transport: Any, clock: ManualClock) -> None:
     seqs = {"a": [], "b": []}
     for i in range(10):
         group = "ab"[i % 3 == 0]
@@ -69,7 +70,7 @@ def test_fifo_within_group(transport: Any, clock: FakeClock) -> None:
 
 
 @pytest.mark.parametrize("tick", [0.0, 1.0], ids=["frozen-clock", "moving-clock"])
-def test_round_robin_order(transport: Any, clock: FakeClock, tick: float) -> None:
+def test_round_robin_order(transport: Any, clock: ManualClock, tick: float) -> None:
     """The group claimed least recently goes first, by claim order: a frozen
     clock (all claims in one tick) must not serve a group twice in a row."""
     for _ in range(3):
@@ -139,7 +140,7 @@ def test_priority_floor_keeps_round_robin_among_eligible(transport: Any) -> None
 # -- 5. crash recovery --------------------------------------------------------
 
 
-def test_expiry_recovery_after_crash(transport: Any, clock: FakeClock) -> None:
+def test_expiry_recovery_after_crash(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     lease = transport.claim("crashing", 30)
     assert lease.expires_at == clock.now + 30
@@ -152,7 +153,7 @@ def test_expiry_recovery_after_crash(transport: Any, clock: FakeClock) -> None:
     assert again.event is lease.event
 
 
-def test_expiry_is_permanent_once_observed(transport: Any, clock: FakeClock) -> None:
+def test_expiry_is_permanent_once_observed(transport: Any, clock: ManualClock) -> None:
     """decisions.md: once a claim saw the lease expired, a clock going back
     does not re-lock it."""
     transport.publish("g", "e", priority=0)
@@ -164,7 +165,7 @@ def test_expiry_is_permanent_once_observed(transport: Any, clock: FakeClock) -> 
     assert again is not None and again.attempt == 2
 
 
-def test_expiry_not_observed_still_blocks_when_clock_goes_back(transport: Any, clock: FakeClock) -> None:
+def test_expiry_not_observed_still_blocks_when_clock_goes_back(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     transport.claim("w", 10)
     clock.advance(20)  # nobody looked
@@ -172,7 +173,7 @@ def test_expiry_not_observed_still_blocks_when_clock_goes_back(transport: Any, c
     assert transport.claim("w2", 10) is None
 
 
-def test_stats_observes_expiry_permanently(transport: Any, clock: FakeClock) -> None:
+def test_stats_observes_expiry_permanently(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     transport.claim("w", 10)
     clock.advance(20)
@@ -189,7 +190,7 @@ def test_stats_observes_expiry_permanently(transport: Any, clock: FakeClock) -> 
 )
 def test_time_never_runs_backwards(make_transport: Callable[..., Any], op: Callable[[Any, Any], Any]) -> None:
     """decisions.md: an operation acts at max(clock(), the latest time used)."""
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     t.publish("g", "e")
     t.publish("h", "e")
@@ -209,7 +210,7 @@ def test_time_never_runs_backwards(make_transport: Callable[..., Any], op: Calla
 def test_failed_call_does_not_move_the_transport_time(
     make_transport: Callable[..., Any], op: Callable[[Any, Any], Any], error: str
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     t.publish("g", "e")
     t.publish("h", "e")
@@ -226,7 +227,7 @@ def test_failed_call_does_not_move_the_transport_time(
 # -- park ---------------------------------------------------------------------
 
 
-def test_park_blocks_group(transport: Any, clock: FakeClock) -> None:
+def test_park_blocks_group(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "first")
     transport.publish("g", "second")
     lease = transport.claim("w", 30)
@@ -239,7 +240,7 @@ def test_park_blocks_group(transport: Any, clock: FakeClock) -> None:
     assert (again.seq, again.attempt) == (lease.seq, 2)
 
 
-def test_nack_with_infinite_delay_parks_forever(transport: Any, clock: FakeClock) -> None:
+def test_nack_with_infinite_delay_parks_forever(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     transport.nack(transport.claim("w", 1), delay=math.inf)
     clock.advance(1e300)
@@ -366,7 +367,7 @@ def _history_parked(t: Any, clock: Any) -> Any:
 def test_fencing_stale_lease_raises_lease_lost_and_changes_nothing(
     make_transport: Callable[..., Any], history: Callable[..., Any], op: Callable[..., Any]
 ) -> None:
-    clocks = [ScriptedClock(), ScriptedClock()]
+    clocks = [ManualClock(), ManualClock()]
     subject, control = (make_transport(clock=c) for c in clocks)
     stale = history(subject, clocks[0])
     history(control, clocks[1])
@@ -375,7 +376,7 @@ def test_fencing_stale_lease_raises_lease_lost_and_changes_nothing(
     assert fingerprint(subject, clocks[0]) == fingerprint(control, clocks[1])
 
 
-def test_stale_ack_does_not_delete_the_new_holders_message(transport: Any, clock: FakeClock) -> None:
+def test_stale_ack_does_not_delete_the_new_holders_message(transport: Any, clock: ManualClock) -> None:
     """The seed's bug the SPEC fences against."""
     transport.publish("g", "e")
     stale = transport.claim("w1", 10)
@@ -388,7 +389,7 @@ def test_stale_ack_does_not_delete_the_new_holders_message(transport: Any, clock
     assert len(transport) == 0
 
 
-def test_ack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: FakeClock) -> None:
+def test_ack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e", priority=0)
     lease = transport.claim("w", 10)
     clock.advance(100)
@@ -399,7 +400,7 @@ def test_ack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: Fak
 
 
 @pytest.mark.parametrize("observed", [False, True])
-def test_nack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: FakeClock, observed: bool) -> None:
+def test_nack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: ManualClock, observed: bool) -> None:
     transport.publish("g", "e")
     lease = transport.claim("w", 10)
     clock.advance(100)
@@ -416,7 +417,7 @@ def test_nack_after_expiry_without_reclaim_is_accepted(transport: Any, clock: Fa
 # -- extend -------------------------------------------------------------------
 
 
-def test_extend_old_and_new_lease_both_current(transport: Any, clock: FakeClock) -> None:
+def test_extend_old_and_new_lease_both_current(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     old = transport.claim("w", 10)
     clock.advance(5)
@@ -434,7 +435,7 @@ def test_extend_old_and_new_lease_both_current(transport: Any, clock: FakeClock)
             transport.ack(lease)
 
 
-def test_extend_after_expiry_relocks(transport: Any, clock: FakeClock) -> None:
+def test_extend_after_expiry_relocks(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e", priority=0)
     lease = transport.claim("w", 10)
     clock.advance(50)
@@ -449,7 +450,7 @@ def test_extend_after_expiry_relocks(transport: Any, clock: FakeClock) -> None:
 # -- 6. identity --------------------------------------------------------------
 
 
-def test_identity_of_events(transport: Any, clock: FakeClock) -> None:
+def test_identity_of_events(transport: Any, clock: ManualClock) -> None:
     class Unhashable:
         __hash__ = None  # type: ignore[assignment]
 
@@ -522,7 +523,7 @@ def test_forged_lease_equal_to_a_real_one_is_not_current(transport: Any, impl: M
 
 
 def test_lease_from_another_instance_raises_lease_lost(make_transport: Callable[..., Any]) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     one, two = make_transport(clock=clock), make_transport(clock=clock)
     event = object()
     for t in (one, two):
@@ -541,7 +542,7 @@ def test_lease_from_another_instance_raises_lease_lost(make_transport: Callable[
 # -- stats, len, close, context manager -------------------------------------
 
 
-def test_stats_fields(transport: Any, clock: FakeClock, impl: ModuleType) -> None:
+def test_stats_fields(transport: Any, clock: ManualClock, impl: ModuleType) -> None:
     stats = transport.stats()
     assert stats._fields == ("messages", "groups", "leased", "parked", "paused")
     assert type(stats).__name__ == "TransportStats"
@@ -581,20 +582,20 @@ def test_close_idempotent(transport: Any) -> None:
 
 
 def test_context_manager(make_transport: Callable[..., Any]) -> None:
-    t = make_transport(clock=FakeClock())
+    t = make_transport(clock=ManualClock())
     with t as entered:
         assert entered is t
         t.publish("g", "e")
     assert len(t) == 1
     with pytest.raises(KeyError):
-        with make_transport(clock=FakeClock()):
+        with make_transport(clock=ManualClock()):
             raise KeyError("not swallowed")
 
 
 def test_constructor_clock(make_transport: Callable[..., Any]) -> None:
     with pytest.raises(TypeError):
         make_transport(clock=5)
-    t = make_transport(FakeClock(50.0))  # positional
+    t = make_transport(ManualClock(50.0))  # positional
     t.publish("g", "e")
     assert t.claim("w", 1).expires_at == 51.0
     default = make_transport()  # time.time
@@ -605,7 +606,7 @@ def test_constructor_clock(make_transport: Callable[..., Any]) -> None:
 # -- infinite visibility -----------------------------------------------------
 
 
-def test_visibility_inf_never_expires(transport: Any, clock: FakeClock) -> None:
+def test_visibility_inf_never_expires(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     lease = transport.claim("w", math.inf)
     assert lease.expires_at == math.inf
@@ -615,7 +616,7 @@ def test_visibility_inf_never_expires(transport: Any, clock: FakeClock) -> None:
     assert transport.claim("w", 10**400) is None  # int beyond float: +inf too
 
 
-def test_huge_int_visibility_counts_as_inf(transport: Any, clock: FakeClock) -> None:
+def test_huge_int_visibility_counts_as_inf(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     assert transport.claim("w", 10**400).expires_at == math.inf
 
@@ -624,7 +625,7 @@ def test_huge_int_visibility_counts_as_inf(transport: Any, clock: FakeClock) -> 
 
 
 def test_clock_read_once_by_claim_extend_stats_and_parking_nack_only(make_transport: Callable[..., Any]) -> None:
-    clock = ScriptedClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
 
     def reads(op: Callable[[], Any]) -> int:
@@ -734,7 +735,7 @@ def test_clock_calling_back_into_transport_does_not_deadlock(make_transport: Cal
 def test_bad_clock_leaves_transport_unchanged(
     make_transport: Callable[..., Any], op: Callable[..., Any], bad: Any, error: type
 ) -> None:
-    clocks = [ScriptedClock(), ScriptedClock()]
+    clocks = [ManualClock(), ManualClock()]
     subject, control = (make_transport(clock=c) for c in clocks)
     leases = []
     for t, c in zip((subject, control), clocks):
@@ -743,10 +744,8 @@ def test_bad_clock_leaves_transport_unchanged(
         t.publish("b", 1)
         leases.append(t.claim("w", 10))
         c.advance(30)  # the lease ran out, unobserved: a claim would free it
-    clocks[0].bad = bad
-    with pytest.raises(error):
+    with clocks[0].misbehave(bad), pytest.raises(error):
         op(subject, leases[0])
-    clocks[0].behave()
     assert fingerprint(subject, clocks[0]) == fingerprint(control, clocks[1])
 
 
@@ -830,7 +829,7 @@ def test_cycles_through_held_events_are_collected(make_transport: Callable[..., 
     class Event:
         pass
 
-    t = make_transport(clock=FakeClock())
+    t = make_transport(clock=ManualClock())
     event = Event()
     t.publish("g", event)
     t.publish("g", Event())
