@@ -163,11 +163,6 @@ ctypedef packed struct Message:
     int32_t next
 
 
-ctypedef struct IdEntry:
-    int32_t group        # group slot, -1 for an empty entry
-    uint32_t hash        # low 32 bits of the id's hash: probes skip most misses
-
-
 ctypedef struct ReadyEntry:
     int64_t key
     int32_t group
@@ -189,6 +184,9 @@ ctypedef struct Level:
     int32_t left         # treap children, -1 for none; free-list link
     int32_t right
     uint32_t weight      # treap heap order (max at the root)
+
+
+include "_inmemory_ids.pxi"
 
 
 # ------------------------------------------------------------------ Lease
@@ -456,11 +454,8 @@ cdef class InMemoryTransport:
     cdef int32_t _g_free
     cdef int32_t _g_used
 
-    # group id -> group slot: open addressing, linear probing, at most half
-    # full; 8 bytes an entry, where a dict would spend ~50 bytes plus a
-    # 32-byte int per group.
-    cdef IdEntry *_ids
-    cdef size_t _ids_mask           # table size - 1 (a power of two)
+    # group id -> group slot (_inmemory_ids.pxi)
+    cdef IdTable _ids
 
     # priority levels: a treap
     cdef Level *_lv
@@ -491,8 +486,7 @@ cdef class InMemoryTransport:
         self._g_cap = 0
         self._g_free = -1
         self._g_used = 0
-        self._ids = NULL
-        self._ids_mask = 0
+        ids_init(&self._ids)
         self._lv = NULL
         self._lv_cap = 0
         self._lv_free = -1
@@ -517,7 +511,7 @@ cdef class InMemoryTransport:
         PyMem_Free(self._g)
         PyMem_Free(self._g_rpos)
         PyMem_Free(self._g_xpos)
-        PyMem_Free(self._ids)
+        ids_free(&self._ids)
         PyMem_Free(self._x)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -550,7 +544,7 @@ cdef class InMemoryTransport:
         h = hash(gid)  # exact str: no user code
         lq_lock(&self._lock)
         try:
-            slot = self._lookup(gid, h)
+            slot = ids_lookup(&self._ids, self._g, <PyObject *>gid, <uint32_t>h)
             if slot >= 0 and self._m_free >= 0:
                 # Fast path: an existing group, a free message slot.
                 m = self._m_free
@@ -866,7 +860,9 @@ cdef class InMemoryTransport:
             # Not at the slot it was issued for: acked, or the group moved
             # when the group array was compacted.  Find the group by id (an
             # issued lease's group_id is an exact str: no user code).
-            slot = self._lookup(<str>lease.group_id, lq_str_hash(lease.group_id))
+            slot = ids_lookup(
+                &self._ids, self._g, <PyObject *>lease.group_id, <uint32_t>lq_str_hash(lease.group_id),
+            )
             if slot < 0 or self._m[self._g[slot].head].seq != lease._cseq:
                 return -1
         g = &self._g[slot]
@@ -907,15 +903,14 @@ cdef class InMemoryTransport:
             rc = self._reserve_ready(node, self._lv[node].groups + 1 if lv >= 0 else 1)
             if rc != _OK:
                 return rc
-            if <size_t>(self._g_used + 1) * 2 > self._ids_mask:
-                rc = self._grow_ids()
-                if rc != _OK:
-                    return rc
+            rc = ids_reserve(&self._ids, self._g_used + 1)
+            if rc != _OK:
+                return rc
             # --- commit: nothing below can fail
             slot = self._g_free
             self._g_free = self._g[slot].head
             self._g[slot].gid = <PyObject *>gid
-            self._ids_insert(slot, <uint32_t>h)
+            ids_insert(&self._ids, slot, <uint32_t>h)
             self._g_used += 1
             lq_list_swap(self._group_ids, slot, gid)
             if lv < 0:
@@ -1074,7 +1069,7 @@ cdef class InMemoryTransport:
         cdef object gid
         if self._g_rpos[slot] >= 0:
             self._unready(slot)
-        self._ids_delete(slot)
+        ids_delete(&self._ids, slot, g.gid)
         gid = lq_list_swap(self._group_ids, slot, None)
         g.head = self._g_free
         self._g_free = slot
@@ -1162,8 +1157,7 @@ cdef class InMemoryTransport:
         """
         cdef int64_t live = self._g_used
         cdef int64_t new_cap = live * 2
-        cdef size_t ids_size = 16, i, old_size
-        cdef IdEntry *old_ids
+        cdef size_t ids_size
         cdef Group *groups
         cdef int32_t *rpos
         cdef int32_t *xpos
@@ -1175,13 +1169,11 @@ cdef class InMemoryTransport:
             new_cap = _MIN_GROUP_CAP
         if new_cap >= self._g_cap:
             return
-        while ids_size < <size_t>(live + 1) * 2 + 1:
-            ids_size *= 2
         groups = <Group *>PyMem_Malloc(<size_t>new_cap * sizeof(Group))
         rpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
         xpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
         remap = <int32_t *>PyMem_Malloc(<size_t>self._g_cap * sizeof(int32_t))
-        ids = <IdEntry *>PyMem_Malloc(ids_size * sizeof(IdEntry))
+        ids = ids_new_table(live, &ids_size)
         if groups == NULL or rpos == NULL or xpos == NULL or remap == NULL or ids == NULL:
             PyMem_Free(groups)
             PyMem_Free(rpos)
@@ -1213,16 +1205,7 @@ cdef class InMemoryTransport:
                 level.heap[j].group = remap[level.heap[j].group]
         for j in range(self._x_size):
             self._x[j].group = remap[self._x[j].group]
-        for i in range(ids_size):
-            ids[i].group = -1
-        old_ids = self._ids
-        old_size = self._ids_mask + 1
-        self._ids = ids
-        self._ids_mask = ids_size - 1
-        for i in range(old_size):
-            if old_ids[i].group >= 0:
-                self._ids_insert(remap[old_ids[i].group], old_ids[i].hash)
-        PyMem_Free(old_ids)
+        ids_renumber(&self._ids, ids, ids_size, remap)
         PyMem_Free(remap)
         PyMem_Free(self._g)
         PyMem_Free(self._g_rpos)
@@ -1232,77 +1215,6 @@ cdef class InMemoryTransport:
         self._g_xpos = xpos
         self._g_cap = <int32_t>new_cap
         lq_list_truncate(self._group_ids, new_cap)
-
-    # -- the group id table
-
-    cdef inline int32_t _lookup(self, str gid, Py_hash_t h) noexcept:
-        """The slot of group ``gid`` (hash ``h``), or -1."""
-        cdef size_t mask = self._ids_mask, i
-        cdef uint32_t h32 = <uint32_t>h
-        cdef IdEntry *ids = self._ids
-        cdef int32_t s
-        if ids == NULL:
-            return -1
-        i = h32 & mask
-        while True:
-            s = ids[i].group
-            if s < 0:
-                return -1
-            if ids[i].hash == h32 and lq_str_eq(<PyObject *>gid, self._g[s].gid):
-                return s
-            i = (i + 1) & mask
-
-    cdef inline void _ids_insert(self, int32_t slot, uint32_t h32) noexcept:
-        """Enter a group known to be absent (the table has room)."""
-        cdef size_t mask = self._ids_mask
-        cdef size_t i = h32 & mask
-        while self._ids[i].group >= 0:
-            i = (i + 1) & mask
-        self._ids[i].group = slot
-        self._ids[i].hash = h32
-
-    cdef void _ids_delete(self, int32_t slot) noexcept:
-        """Remove a group; later entries of its probe run shift back."""
-        cdef size_t mask = self._ids_mask
-        # The id's hash is cached on the str: no user code, cannot fail.
-        cdef uint32_t h32 = <uint32_t>lq_str_hash(<object>self._g[slot].gid)
-        cdef size_t i = h32 & mask, j, home
-        cdef IdEntry *ids = self._ids
-        while ids[i].group != slot:
-            i = (i + 1) & mask
-        j = i
-        while True:
-            j = (j + 1) & mask
-            if ids[j].group < 0:
-                break
-            home = ids[j].hash & mask
-            # Move entry j into the hole at i unless its home lies in (i, j].
-            if ((j - home) & mask) >= ((j - i) & mask):
-                ids[i] = ids[j]
-                i = j
-        ids[i].group = -1
-
-    cdef int _grow_ids(self) noexcept:
-        """Double the id table (rehashing every group into it)."""
-        cdef size_t old_size = self._ids_mask + 1 if self._ids != NULL else 0
-        cdef size_t size = old_size * 2 if old_size else 16
-        cdef size_t i
-        cdef IdEntry *old = self._ids
-        cdef IdEntry *table
-        if size > (<size_t>1) << 32:
-            return _FULL
-        table = <IdEntry *>PyMem_Malloc(size * sizeof(IdEntry))
-        if table == NULL:
-            return _NOMEM
-        for i in range(size):
-            table[i].group = -1
-        self._ids = table
-        self._ids_mask = size - 1
-        for i in range(old_size):
-            if old[i].group >= 0:
-                self._ids_insert(old[i].group, old[i].hash)
-        PyMem_Free(old)
-        return _OK
 
     cdef inline void _unlock(self, int32_t slot) noexcept:
         """Release the group's lock and drop its expiry entry."""
