@@ -168,11 +168,6 @@ ctypedef struct ReadyEntry:
     int32_t group
 
 
-ctypedef struct ExpiryEntry:
-    double at
-    int32_t group
-
-
 ctypedef struct Level:
     int64_t priority
     int64_t best_key     # smallest ready key of the subtree (valid if best >= 0)
@@ -187,6 +182,7 @@ ctypedef struct Level:
 
 
 include "_inmemory_ids.pxi"
+include "_inmemory_expiry.pxi"
 
 
 # ------------------------------------------------------------------ Lease
@@ -449,7 +445,6 @@ cdef class InMemoryTransport:
     # groups, len(_group_ids) >= _g_cap
     cdef Group *_g
     cdef int32_t *_g_rpos           # position in its level's ready heap, -1 if not ready
-    cdef int32_t *_g_xpos           # position in the expiry heap, -1 if absent
     cdef int32_t _g_cap
     cdef int32_t _g_free
     cdef int32_t _g_used
@@ -464,10 +459,8 @@ cdef class InMemoryTransport:
     cdef int32_t _root
     cdef uint32_t _rng
 
-    # locked groups with a finite expiry; capacity >= groups in use
-    cdef ExpiryEntry *_x
-    cdef int32_t _x_size
-    cdef int32_t _x_cap
+    # locked groups with a finite expiry (_inmemory_expiry.pxi)
+    cdef ExpiryHeap _expiry
 
     cdef double _time               # the latest ``now`` an operation used
     cdef int64_t _seq
@@ -482,7 +475,6 @@ cdef class InMemoryTransport:
         self._m_free = -1
         self._g = NULL
         self._g_rpos = NULL
-        self._g_xpos = NULL
         self._g_cap = 0
         self._g_free = -1
         self._g_used = 0
@@ -492,9 +484,7 @@ cdef class InMemoryTransport:
         self._lv_free = -1
         self._root = -1
         self._rng = 0x1EA5E
-        self._x = NULL
-        self._x_size = 0
-        self._x_cap = 0
+        expiry_init(&self._expiry)
         self._group_ids = []
         self._events = []
         self._owner = object()
@@ -510,9 +500,8 @@ cdef class InMemoryTransport:
         PyMem_Free(self._m)
         PyMem_Free(self._g)
         PyMem_Free(self._g_rpos)
-        PyMem_Free(self._g_xpos)
         ids_free(&self._ids)
-        PyMem_Free(self._x)
+        expiry_free(&self._expiry)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         if not callable(clock):
@@ -599,14 +588,14 @@ cdef class InMemoryTransport:
         now = self._now()
         lq_lock(&self._lock)
         try:
-            if self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+            if expiry_make_room(&self._expiry) != _OK:
                 lv = -2  # MemoryError, nothing changed
             else:
                 if now < self._time:  # another thread already used a later time
                     now = self._time
                 else:
                     self._time = now
-                if self._x_size and self._x[0].at < now:
+                if expiry_due(&self._expiry, now):
                     self._expire(now)
             lv = self._root if lv != -2 else -2
             if lv >= 0:
@@ -633,7 +622,7 @@ cdef class InMemoryTransport:
                 g.expires_at = expires_at
                 self._leased += 1
                 if expires_at != _INF:
-                    self._expiry_push(slot, expires_at)
+                    expiry_push(&self._expiry, slot, expires_at)
                 head = g.head
                 seq = self._m[head].seq
                 event = lq_list_get(self._events, head)
@@ -704,7 +693,7 @@ cdef class InMemoryTransport:
         lq_lock(&self._lock)
         try:
             slot = self._current(<Lease>lease)
-            if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+            if slot >= 0 and expiry_make_room(&self._expiry) != _OK:
                 slot = -2  # MemoryError, nothing changed
             if slot >= 0:
                 if d > 0.0:
@@ -727,7 +716,7 @@ cdef class InMemoryTransport:
                     g.expires_at = expires_at
                     self._parked += 1
                     if expires_at != _INF:
-                        self._expiry_push(slot, expires_at)
+                        expiry_push(&self._expiry, slot, expires_at)
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
@@ -755,7 +744,7 @@ cdef class InMemoryTransport:
         lq_lock(&self._lock)
         try:
             slot = self._current(old)
-            if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+            if slot >= 0 and expiry_make_room(&self._expiry) != _OK:
                 slot = -2  # MemoryError, nothing changed
             if slot >= 0:
                 if now < self._time:
@@ -772,7 +761,7 @@ cdef class InMemoryTransport:
                 g.expires_at = expires_at
                 self._leased += 1
                 if expires_at != _INF:
-                    self._expiry_push(slot, expires_at)
+                    expiry_push(&self._expiry, slot, expires_at)
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
@@ -797,7 +786,7 @@ cdef class InMemoryTransport:
                 now = self._time
             else:
                 self._time = now
-            if self._x_size and self._x[0].at < now:
+            if expiry_due(&self._expiry, now):
                 self._expire(now)
             messages = self._messages
             groups = self._g_used
@@ -954,7 +943,7 @@ cdef class InMemoryTransport:
             g.lock = _FREE
             g.open = 0
             self._g_rpos[slot] = -1
-            self._g_xpos[slot] = -1
+            self._expiry.pos[slot] = -1
             self._make_ready(slot)
         return _OK
 
@@ -996,15 +985,12 @@ cdef class InMemoryTransport:
         if p == NULL:
             return _NOMEM
         self._g_rpos = <int32_t *>p
-        p = PyMem_Realloc(self._g_xpos, <size_t>new_cap * sizeof(int32_t))
-        if p == NULL:
+        if expiry_resize_index(&self._expiry, self._g_cap, new_cap) != _OK:
             return _NOMEM
-        self._g_xpos = <int32_t *>p
         for i in range(<int32_t>new_cap - 1, self._g_cap - 1, -1):
             self._g[i].count = 0
             self._g[i].head = self._g_free
             self._g_rpos[i] = -1
-            self._g_xpos[i] = -1
             self._g_free = i
         self._g_cap = <int32_t>new_cap
         return _OK
@@ -1045,21 +1031,6 @@ cdef class InMemoryTransport:
             return _NOMEM
         level.heap = <ReadyEntry *>p
         level.cap = <int32_t>new_cap
-        return _OK
-
-    cdef int _reserve_expiry(self, int64_t need) noexcept:
-        cdef int64_t new_cap
-        cdef void *p
-        if need <= self._x_cap:
-            return _OK
-        new_cap = need + need // 4 + 4
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        p = PyMem_Realloc(self._x, <size_t>new_cap * sizeof(ExpiryEntry))
-        if p == NULL:
-            return _NOMEM
-        self._x = <ExpiryEntry *>p
-        self._x_cap = <int32_t>new_cap
         return _OK
 
     cdef object _forget(self, int32_t slot):
@@ -1188,7 +1159,6 @@ cdef class InMemoryTransport:
             remap[s] = k
             groups[k] = self._g[s]
             rpos[k] = self._g_rpos[s]
-            xpos[k] = self._g_xpos[s]
             if k != s:  # k < s: position k already gave its id away (or had none)
                 lq_list_put(self._group_ids, k, lq_list_take(self._group_ids, s))
             k += 1
@@ -1197,43 +1167,36 @@ cdef class InMemoryTransport:
             groups[j].count = 0
             groups[j].head = self._g_free
             rpos[j] = -1
-            xpos[j] = -1
             self._g_free = j
         for lv in range(self._lv_cap):
             level = &self._lv[lv]
             for j in range(level.size):
                 level.heap[j].group = remap[level.heap[j].group]
-        for j in range(self._x_size):
-            self._x[j].group = remap[self._x[j].group]
+        expiry_renumber(&self._expiry, xpos, <int32_t>new_cap, remap, self._g_cap)
         ids_renumber(&self._ids, ids, ids_size, remap)
         PyMem_Free(remap)
         PyMem_Free(self._g)
         PyMem_Free(self._g_rpos)
-        PyMem_Free(self._g_xpos)
         self._g = groups
         self._g_rpos = rpos
-        self._g_xpos = xpos
         self._g_cap = <int32_t>new_cap
         lq_list_truncate(self._group_ids, new_cap)
 
     cdef inline void _unlock(self, int32_t slot) noexcept:
         """Release the group's lock and drop its expiry entry."""
         cdef Group *g = &self._g[slot]
-        cdef int32_t pos
         if g.lock == _LEASED:
             self._leased -= 1
         elif g.lock == _PARKED:
             self._parked -= 1
         g.lock = _FREE
-        pos = self._g_xpos[slot]
-        if pos >= 0:
-            self._expiry_remove(pos)
+        expiry_remove(&self._expiry, slot)
 
     cdef void _expire(self, double now) noexcept:
         """Free every lock with ``expires_at < now``; their groups become ready."""
         cdef int32_t slot
-        while self._x_size and self._x[0].at < now:
-            slot = self._x[0].group
+        while expiry_due(&self._expiry, now):
+            slot = expiry_top(&self._expiry)
             self._unlock(slot)  # the delivery (open) stays current
             self._make_ready(slot)
 
@@ -1477,60 +1440,3 @@ cdef class InMemoryTransport:
             self._lv[node].right = self._treap_delete(self._lv[node].right, prio)
         self._pull(node)
         return node
-
-    # -- the expiry heap
-
-    cdef void _expiry_push(self, int32_t slot, double at) noexcept:
-        cdef int32_t pos = self._x_size
-        self._x_size += 1
-        self._expiry_sift_up(pos, at, slot)
-
-    cdef inline void _expiry_sift_up(self, int32_t pos, double at, int32_t slot) noexcept:
-        cdef ExpiryEntry *heap = self._x
-        cdef int32_t *xpos = self._g_xpos
-        cdef int32_t parent
-        while pos > 0:
-            parent = (pos - 1) >> 1
-            if heap[parent].at <= at:
-                break
-            heap[pos] = heap[parent]
-            xpos[heap[pos].group] = pos
-            pos = parent
-        heap[pos].at = at
-        heap[pos].group = slot
-        xpos[slot] = pos
-
-    cdef void _expiry_remove(self, int32_t pos) noexcept:
-        cdef ExpiryEntry *heap = self._x
-        cdef int32_t *xpos = self._g_xpos
-        cdef int32_t n, child, end
-        cdef ExpiryEntry last
-        cdef void *p
-        xpos[heap[pos].group] = -1
-        self._x_size -= 1
-        end = self._x_size
-        if self._x_cap > _MIN_HEAP_CAP * 4 and end * 4 < self._x_cap:
-            # Give memory back; the entries stay in [0, end].
-            p = PyMem_Realloc(self._x, <size_t>(end * 2 + 1) * sizeof(ExpiryEntry))
-            if p != NULL:
-                self._x = heap = <ExpiryEntry *>p
-                self._x_cap = end * 2 + 1
-        if pos == end:
-            return
-        last = heap[end]
-        if pos > 0 and heap[(pos - 1) >> 1].at > last.at:
-            self._expiry_sift_up(pos, last.at, last.group)
-            return
-        n = pos
-        child = 2 * n + 1
-        while child < end:
-            if child + 1 < end and heap[child + 1].at < heap[child].at:
-                child += 1
-            if heap[child].at >= last.at:
-                break
-            heap[n] = heap[child]
-            xpos[heap[n].group] = n
-            n = child
-            child = 2 * n + 1
-        heap[n] = last
-        xpos[last.group] = n
