@@ -163,25 +163,8 @@ ctypedef packed struct Message:
     int32_t next
 
 
-ctypedef struct ReadyEntry:
-    int64_t key
-    int32_t group
-
-
-ctypedef struct Level:
-    int64_t priority
-    int64_t best_key     # smallest ready key of the subtree (valid if best >= 0)
-    int64_t groups       # groups of this priority (any state)
-    ReadyEntry *heap     # ready groups of this priority, min-heap on key
-    int32_t size
-    int32_t cap          # >= groups: pushes never allocate
-    int32_t best         # level holding best_key, -1 when none is ready
-    int32_t left         # treap children, -1 for none; free-list link
-    int32_t right
-    uint32_t weight      # treap heap order (max at the root)
-
-
 include "_inmemory_ids.pxi"
+include "_inmemory_ready.pxi"
 include "_inmemory_expiry.pxi"
 
 
@@ -444,7 +427,6 @@ cdef class InMemoryTransport:
 
     # groups, len(_group_ids) >= _g_cap
     cdef Group *_g
-    cdef int32_t *_g_rpos           # position in its level's ready heap, -1 if not ready
     cdef int32_t _g_cap
     cdef int32_t _g_free
     cdef int32_t _g_used
@@ -452,12 +434,8 @@ cdef class InMemoryTransport:
     # group id -> group slot (_inmemory_ids.pxi)
     cdef IdTable _ids
 
-    # priority levels: a treap
-    cdef Level *_lv
-    cdef int32_t _lv_cap
-    cdef int32_t _lv_free
-    cdef int32_t _root
-    cdef uint32_t _rng
+    # ready groups by priority level, and the treap of levels (_inmemory_ready.pxi)
+    cdef ReadySet _ready
 
     # locked groups with a finite expiry (_inmemory_expiry.pxi)
     cdef ExpiryHeap _expiry
@@ -474,16 +452,11 @@ cdef class InMemoryTransport:
         self._m_cap = 0
         self._m_free = -1
         self._g = NULL
-        self._g_rpos = NULL
         self._g_cap = 0
         self._g_free = -1
         self._g_used = 0
         ids_init(&self._ids)
-        self._lv = NULL
-        self._lv_cap = 0
-        self._lv_free = -1
-        self._root = -1
-        self._rng = 0x1EA5E
+        ready_init(&self._ready)
         expiry_init(&self._expiry)
         self._group_ids = []
         self._events = []
@@ -491,15 +464,9 @@ cdef class InMemoryTransport:
         self._time = -_INF
 
     def __dealloc__(self):
-        cdef int32_t i
-        if self._lv != NULL:
-            for i in range(self._lv_cap):
-                PyMem_Free(self._lv[i].heap)
-            PyMem_Free(self._lv)
-            self._lv = NULL
+        ready_free(&self._ready)
         PyMem_Free(self._m)
         PyMem_Free(self._g)
-        PyMem_Free(self._g_rpos)
         ids_free(&self._ids)
         expiry_free(&self._expiry)
 
@@ -574,7 +541,6 @@ cdef class InMemoryTransport:
         cdef int32_t lv = -1, slot = -1, head
         cdef int64_t seq = 0, attempt = 0
         cdef Group *g
-        cdef Level *level
         cdef object gid = None, event = None
         if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
             wid = <str>worker_id
@@ -597,19 +563,9 @@ cdef class InMemoryTransport:
                     self._time = now
                 if expiry_due(&self._expiry, now):
                     self._expire(now)
-            lv = self._root if lv != -2 else -2
+                lv = ready_best(&self._ready, minp)
             if lv >= 0:
-                level = &self._lv[lv]
-                if level.left < 0 and level.right < 0:
-                    # One priority level: its heap top is the answer.
-                    if level.size == 0 or level.priority < minp:
-                        lv = -1
-                else:
-                    lv = self._find(minp)
-            if lv >= 0:
-                slot = self._lv[lv].heap[0].group
-                self._ready_remove(lv, 0)
-                self._repair(self._root, self._lv[lv].priority)
+                slot = ready_pop(&self._ready, lv)
                 g = &self._g[slot]
                 self._claims += 1
                 g.key = self._claims
@@ -665,7 +621,7 @@ cdef class InMemoryTransport:
                 self._messages -= 1
                 if g.count == 0:
                     spent_id = self._forget(slot)
-                elif self._g_rpos[slot] < 0:
+                elif not ready_contains(&self._ready, slot):
                     self._make_ready(slot)
                 if self._m_cap > _MIN_MESSAGE_CAP and self._messages * 4 < self._m_cap:
                     self._compact_messages()
@@ -706,10 +662,10 @@ cdef class InMemoryTransport:
                     self._unlock(slot)
                 g.open = 0
                 if d == 0.0:
-                    if self._g_rpos[slot] < 0:
+                    if not ready_contains(&self._ready, slot):
                         self._make_ready(slot)
                 else:
-                    if self._g_rpos[slot] >= 0:
+                    if ready_contains(&self._ready, slot):
                         self._unready(slot)
                     g.lock = _PARKED
                     expires_at = now + d
@@ -754,7 +710,7 @@ cdef class InMemoryTransport:
                 g = &self._g[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
-                if self._g_rpos[slot] >= 0:
+                if ready_contains(&self._ready, slot):
                     self._unready(slot)
                 g.lock = _LEASED
                 expires_at = now + vis
@@ -867,9 +823,8 @@ cdef class InMemoryTransport:
         Every allocation comes first, then the commit, which cannot fail.
         Returns a result code (_OK, _NOMEM, _FULL).
         """
-        cdef int32_t slot, m, lv = -1, node
+        cdef int32_t slot, m, lv = -1
         cdef Group *g
-        cdef Level *level
         cdef int rc
         if self._m_free < 0:
             rc = self._grow_messages()
@@ -880,16 +835,7 @@ cdef class InMemoryTransport:
                 rc = self._grow_groups()
                 if rc != _OK:
                     return rc
-            lv = self._find_level(prio)
-            if lv < 0:
-                if self._lv_free < 0:
-                    rc = self._grow_levels()
-                    if rc != _OK:
-                        return rc
-                node = self._lv_free
-            else:
-                node = lv
-            rc = self._reserve_ready(node, self._lv[node].groups + 1 if lv >= 0 else 1)
+            rc = ready_reserve_group(&self._ready, prio, &lv)
             if rc != _OK:
                 return rc
             rc = ids_reserve(&self._ids, self._g_used + 1)
@@ -902,20 +848,7 @@ cdef class InMemoryTransport:
             ids_insert(&self._ids, slot, <uint32_t>h)
             self._g_used += 1
             lq_list_swap(self._group_ids, slot, gid)
-            if lv < 0:
-                lv = node
-                self._lv_free = self._lv[node].left
-                level = &self._lv[node]
-                level.priority = prio
-                level.groups = 0
-                level.size = 0
-                level.best = -1
-                level.best_key = INT64_MAX
-                level.left = -1
-                level.right = -1
-                level.weight = self._next_weight()
-                self._root = self._treap_insert(self._root, node)
-            self._lv[lv].groups += 1
+            lv = ready_add_group(&self._ready, prio, lv)
         else:
             slot = found
         m = self._m_free
@@ -942,7 +875,7 @@ cdef class InMemoryTransport:
             g.level = lv
             g.lock = _FREE
             g.open = 0
-            self._g_rpos[slot] = -1
+            self._ready.pos[slot] = -1
             self._expiry.pos[slot] = -1
             self._make_ready(slot)
         return _OK
@@ -981,56 +914,15 @@ cdef class InMemoryTransport:
         if p == NULL:
             return _NOMEM
         self._g = <Group *>p
-        p = PyMem_Realloc(self._g_rpos, <size_t>new_cap * sizeof(int32_t))
-        if p == NULL:
+        if ready_resize_index(&self._ready, self._g_cap, new_cap) != _OK:
             return _NOMEM
-        self._g_rpos = <int32_t *>p
         if expiry_resize_index(&self._expiry, self._g_cap, new_cap) != _OK:
             return _NOMEM
         for i in range(<int32_t>new_cap - 1, self._g_cap - 1, -1):
             self._g[i].count = 0
             self._g[i].head = self._g_free
-            self._g_rpos[i] = -1
             self._g_free = i
         self._g_cap = <int32_t>new_cap
-        return _OK
-
-    cdef int _grow_levels(self) noexcept:
-        cdef int64_t new_cap = <int64_t>self._lv_cap * 2 + 4
-        cdef int32_t i
-        cdef void *p
-        if new_cap > INT32_MAX - 1:
-            if self._lv_cap >= INT32_MAX - 1:
-                return _FULL
-            new_cap = INT32_MAX - 1
-        p = PyMem_Realloc(self._lv, <size_t>new_cap * sizeof(Level))
-        if p == NULL:
-            return _NOMEM
-        self._lv = <Level *>p
-        for i in range(<int32_t>new_cap - 1, self._lv_cap - 1, -1):
-            self._lv[i].heap = NULL
-            self._lv[i].size = 0
-            self._lv[i].cap = 0
-            self._lv[i].groups = 0
-            self._lv[i].left = self._lv_free
-            self._lv_free = i
-        self._lv_cap = <int32_t>new_cap
-        return _OK
-
-    cdef int _reserve_ready(self, int32_t lv, int64_t need) noexcept:
-        cdef Level *level = &self._lv[lv]
-        cdef int64_t new_cap
-        cdef void *p
-        if need <= level.cap:
-            return _OK
-        new_cap = need + need // 4 + 4
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        p = PyMem_Realloc(level.heap, <size_t>new_cap * sizeof(ReadyEntry))
-        if p == NULL:
-            return _NOMEM
-        level.heap = <ReadyEntry *>p
-        level.cap = <int32_t>new_cap
         return _OK
 
     cdef object _forget(self, int32_t slot):
@@ -1038,40 +930,19 @@ cdef class InMemoryTransport:
         cdef Group *g = &self._g[slot]
         cdef int32_t lv = g.level
         cdef object gid
-        if self._g_rpos[slot] >= 0:
+        if ready_contains(&self._ready, slot):
             self._unready(slot)
         ids_delete(&self._ids, slot, g.gid)
         gid = lq_list_swap(self._group_ids, slot, None)
         g.head = self._g_free
         self._g_free = slot
         self._g_used -= 1
-        self._lv[lv].groups -= 1
-        if self._lv[lv].groups == 0:
-            self._root = self._treap_delete(self._root, self._lv[lv].priority)
-            PyMem_Free(self._lv[lv].heap)
-            self._lv[lv].heap = NULL
-            self._lv[lv].cap = 0
-            self._lv[lv].size = 0
-            self._lv[lv].left = self._lv_free
-            self._lv_free = lv
-        elif self._lv[lv].cap > _MIN_HEAP_CAP and self._lv[lv].groups * 4 < self._lv[lv].cap:
-            self._shrink_ready(lv)
+        ready_drop_group(&self._ready, lv)
         if self._g_cap > _MIN_GROUP_CAP and self._g_used * 4 < self._g_cap:
             self._compact_groups()
         return gid
 
     # -- giving memory back (best effort: a failed allocation skips it)
-
-    cdef void _shrink_ready(self, int32_t lv) noexcept:
-        cdef Level *level = &self._lv[lv]
-        cdef int64_t new_cap = level.groups * 2
-        cdef void *p
-        if new_cap < _MIN_HEAP_CAP:
-            new_cap = _MIN_HEAP_CAP
-        p = PyMem_Realloc(level.heap, <size_t>new_cap * sizeof(ReadyEntry))
-        if p != NULL:
-            level.heap = <ReadyEntry *>p
-            level.cap = <int32_t>new_cap
 
     cdef void _compact_messages(self) noexcept:
         """Renumber live messages 0..n-1 (group by group) into smaller arrays."""
@@ -1134,8 +1005,7 @@ cdef class InMemoryTransport:
         cdef int32_t *xpos
         cdef int32_t *remap
         cdef IdEntry *ids
-        cdef int32_t s, k = 0, j, lv
-        cdef Level *level
+        cdef int32_t s, k = 0, j
         if new_cap < _MIN_GROUP_CAP:
             new_cap = _MIN_GROUP_CAP
         if new_cap >= self._g_cap:
@@ -1158,7 +1028,6 @@ cdef class InMemoryTransport:
                 continue
             remap[s] = k
             groups[k] = self._g[s]
-            rpos[k] = self._g_rpos[s]
             if k != s:  # k < s: position k already gave its id away (or had none)
                 lq_list_put(self._group_ids, k, lq_list_take(self._group_ids, s))
             k += 1
@@ -1166,19 +1035,13 @@ cdef class InMemoryTransport:
         for j in range(<int32_t>new_cap - 1, k - 1, -1):
             groups[j].count = 0
             groups[j].head = self._g_free
-            rpos[j] = -1
             self._g_free = j
-        for lv in range(self._lv_cap):
-            level = &self._lv[lv]
-            for j in range(level.size):
-                level.heap[j].group = remap[level.heap[j].group]
+        ready_renumber(&self._ready, rpos, <int32_t>new_cap, remap, self._g_cap)
         expiry_renumber(&self._expiry, xpos, <int32_t>new_cap, remap, self._g_cap)
         ids_renumber(&self._ids, ids, ids_size, remap)
         PyMem_Free(remap)
         PyMem_Free(self._g)
-        PyMem_Free(self._g_rpos)
         self._g = groups
-        self._g_rpos = rpos
         self._g_cap = <int32_t>new_cap
         lq_list_truncate(self._group_ids, new_cap)
 
@@ -1200,243 +1063,11 @@ cdef class InMemoryTransport:
             self._unlock(slot)  # the delivery (open) stays current
             self._make_ready(slot)
 
-    # -- ready heaps (one per level) and the treap of levels
-
-    cdef void _make_ready(self, int32_t slot) noexcept:
+    cdef inline void _make_ready(self, int32_t slot) noexcept:
         """Put a free group in its level's heap under its round-robin key."""
         cdef Group *g = &self._g[slot]
-        cdef int32_t lv = g.level
-        cdef Level *level = &self._lv[lv]
-        cdef int64_t key = g.key
-        cdef int32_t pos = level.size
-        cdef int32_t node
-        cdef int64_t prio
-        level.size += 1
-        pos = self._ready_sift_up(level.heap, pos, key, slot)
-        if pos == 0:
-            # A new minimum for this level: lower ``best`` on the path to it.
-            prio = level.priority
-            node = self._root
-            while True:
-                if self._lv[node].best < 0 or key < self._lv[node].best_key:
-                    self._lv[node].best = lv
-                    self._lv[node].best_key = key
-                if self._lv[node].priority == prio:
-                    break
-                if prio < self._lv[node].priority:
-                    node = self._lv[node].left
-                else:
-                    node = self._lv[node].right
+        ready_push(&self._ready, slot, g.level, g.key)
 
-    cdef void _unready(self, int32_t slot) noexcept:
+    cdef inline void _unready(self, int32_t slot) noexcept:
         """Take a ready group out of its level's heap."""
-        cdef int32_t lv = self._g[slot].level
-        cdef int32_t pos = self._g_rpos[slot]
-        self._ready_remove(lv, pos)
-        if pos == 0:
-            self._repair(self._root, self._lv[lv].priority)
-
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    cdef inline int32_t _ready_sift_up(
-        self, ReadyEntry *heap, int32_t pos, int64_t key, int32_t slot,
-    ) noexcept:
-        """Place (key, slot) in the hole at ``pos`` moving it up; its final position."""
-        cdef int32_t parent
-        cdef int32_t *rpos = self._g_rpos
-        while pos > 0:
-            parent = (pos - 1) >> 2
-            if heap[parent].key <= key:
-                break
-            heap[pos] = heap[parent]
-            rpos[heap[pos].group] = pos
-            pos = parent
-        heap[pos].key = key
-        heap[pos].group = slot
-        rpos[slot] = pos
-        return pos
-
-    cdef void _ready_remove(self, int32_t lv, int32_t pos) noexcept:
-        """Remove the entry at ``pos`` of level ``lv``'s heap."""
-        cdef Level *level = &self._lv[lv]
-        cdef ReadyEntry *heap = level.heap
-        cdef int32_t *rpos = self._g_rpos
-        cdef int32_t n, child, c, a, b, end
-        cdef int64_t ckey
-        cdef ReadyEntry last
-        rpos[heap[pos].group] = -1
-        level.size -= 1
-        end = level.size
-        if pos == end:
-            return
-        last = heap[end]
-        if pos > 0 and heap[(pos - 1) >> 2].key > last.key:
-            self._ready_sift_up(heap, pos, last.key, last.group)
-            return
-        # Sift the hole down to a leaf along the smallest children, then up
-        # (heapq's strategy: ``last`` is usually large and belongs low).
-        # A 4-ary heap: half the depth of a binary one, and a node's four
-        # children share one or two cache lines.
-        n = pos
-        child = 4 * n + 1
-        while child < end:
-            if child + 3 < end:
-                # All four children: a branch-free tournament (the outcomes
-                # are coin flips, so branches would mispredict half the time).
-                a = child + <int32_t>(heap[child + 1].key < heap[child].key)
-                b = child + 2 + <int32_t>(heap[child + 3].key < heap[child + 2].key)
-                child = b if heap[b].key < heap[a].key else a
-            else:
-                ckey = heap[child].key
-                c = child + 1
-                while c < end:
-                    if heap[c].key < ckey:
-                        child = c
-                        ckey = heap[c].key
-                    c += 1
-            heap[n] = heap[child]
-            rpos[heap[n].group] = n
-            n = child
-            child = 4 * n + 1
-        self._ready_sift_up_bounded(heap, n, pos, last.key, last.group)
-
-    cdef inline void _ready_sift_up_bounded(
-        self, ReadyEntry *heap, int32_t pos, int32_t top, int64_t key, int32_t slot,
-    ) noexcept:
-        cdef int32_t parent
-        cdef int32_t *rpos = self._g_rpos
-        while pos > top:
-            parent = (pos - 1) >> 2
-            if heap[parent].key <= key:
-                break
-            heap[pos] = heap[parent]
-            rpos[heap[pos].group] = pos
-            pos = parent
-        heap[pos].key = key
-        heap[pos].group = slot
-        rpos[slot] = pos
-
-    cdef inline void _pull(self, int32_t n) noexcept:
-        """Recompute ``best`` of node ``n`` from its heap top and its children."""
-        cdef Level *lv = self._lv
-        cdef Level *node = &lv[n]
-        cdef int32_t best = -1, c
-        cdef int64_t key = INT64_MAX
-        if node.size:
-            best = n
-            key = node.heap[0].key
-        c = node.left
-        if c >= 0 and lv[c].best >= 0 and (best < 0 or lv[c].best_key < key):
-            best = lv[c].best
-            key = lv[c].best_key
-        c = node.right
-        if c >= 0 and lv[c].best >= 0 and (best < 0 or lv[c].best_key < key):
-            best = lv[c].best
-            key = lv[c].best_key
-        node.best = best
-        node.best_key = key
-
-    cdef void _repair(self, int32_t node, int64_t prio) noexcept:
-        """Recompute ``best`` on the path from ``node`` down to level ``prio``."""
-        cdef Level *n = &self._lv[node]
-        if n.priority != prio:
-            self._repair(n.left if prio < n.priority else n.right, prio)
-        self._pull(node)
-
-    cdef int32_t _find(self, int64_t minp) noexcept:
-        """The level holding the smallest ready key among priorities >= minp."""
-        cdef Level *lv = self._lv
-        cdef int32_t node = self._root, best = -1, r
-        cdef int64_t key = INT64_MAX
-        while node >= 0:
-            if lv[node].priority >= minp:
-                if lv[node].size and (best < 0 or lv[node].heap[0].key < key):
-                    best = node
-                    key = lv[node].heap[0].key
-                r = lv[node].right
-                if r >= 0 and lv[r].best >= 0 and (best < 0 or lv[r].best_key < key):
-                    best = lv[r].best
-                    key = lv[r].best_key
-                node = lv[node].left
-            else:
-                node = lv[node].right
-        return best
-
-    cdef int32_t _find_level(self, int64_t prio) noexcept:
-        cdef int32_t node = self._root
-        while node >= 0:
-            if self._lv[node].priority == prio:
-                return node
-            node = self._lv[node].left if prio < self._lv[node].priority else self._lv[node].right
-        return -1
-
-    cdef inline uint32_t _next_weight(self) noexcept:
-        # xorshift32: the treap only needs weights that look random.
-        cdef uint32_t x = self._rng
-        x ^= x << 13
-        x ^= x >> 17
-        x ^= x << 5
-        self._rng = x
-        return x
-
-    cdef void _split(self, int32_t node, int64_t prio, int32_t *low, int32_t *high) noexcept:
-        """Split a treap into (< prio, > prio); ``prio`` is absent."""
-        cdef int32_t a, b
-        if node < 0:
-            low[0] = -1
-            high[0] = -1
-            return
-        if self._lv[node].priority < prio:
-            self._split(self._lv[node].right, prio, &a, &b)
-            self._lv[node].right = a
-            self._pull(node)
-            low[0] = node
-            high[0] = b
-        else:
-            self._split(self._lv[node].left, prio, &a, &b)
-            self._lv[node].left = b
-            self._pull(node)
-            low[0] = a
-            high[0] = node
-
-    cdef int32_t _merge(self, int32_t low, int32_t high) noexcept:
-        """Merge two treaps where every priority of ``low`` < every one of ``high``."""
-        if low < 0:
-            return high
-        if high < 0:
-            return low
-        if self._lv[low].weight > self._lv[high].weight:
-            self._lv[low].right = self._merge(self._lv[low].right, high)
-            self._pull(low)
-            return low
-        self._lv[high].left = self._merge(low, self._lv[high].left)
-        self._pull(high)
-        return high
-
-    cdef int32_t _treap_insert(self, int32_t node, int32_t new) noexcept:
-        cdef int32_t a, b
-        if node < 0:
-            self._pull(new)
-            return new
-        if self._lv[new].weight > self._lv[node].weight:
-            self._split(node, self._lv[new].priority, &a, &b)
-            self._lv[new].left = a
-            self._lv[new].right = b
-            self._pull(new)
-            return new
-        if self._lv[new].priority < self._lv[node].priority:
-            self._lv[node].left = self._treap_insert(self._lv[node].left, new)
-        else:
-            self._lv[node].right = self._treap_insert(self._lv[node].right, new)
-        self._pull(node)
-        return node
-
-    cdef int32_t _treap_delete(self, int32_t node, int64_t prio) noexcept:
-        if self._lv[node].priority == prio:
-            return self._merge(self._lv[node].left, self._lv[node].right)
-        if prio < self._lv[node].priority:
-            self._lv[node].left = self._treap_delete(self._lv[node].left, prio)
-        else:
-            self._lv[node].right = self._treap_delete(self._lv[node].right, prio)
-        self._pull(node)
-        return node
+        ready_remove(&self._ready, slot, self._g[slot].level)
