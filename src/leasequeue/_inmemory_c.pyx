@@ -141,31 +141,10 @@ cdef enum:
 cdef int64_t _NEVER_CLAIMED = (<int64_t>1) << 62
 
 
-ctypedef struct Group:
-    PyObject *gid        # the group id (borrowed: _group_ids owns it)
-    int64_t key          # round-robin key
-    int64_t attempt      # deliveries of the head message so far
-    double expires_at    # end of the lease/park (when lock != _FREE)
-    double claimed_at    # time of the last claim (recorded, as the seed does)
-    int32_t head         # oldest message slot (free list link when unused)
-    int32_t tail         # newest message slot
-    int32_t count        # messages held; 0 = slot unused
-    int32_t level        # priority level (treap node)
-    uint8_t lock         # _FREE / _LEASED / _PARKED
-    uint8_t open         # the head's latest delivery is still current
-
-
-# One message: its seq and the next message of its group (or the free-list
-# link).  Packed to 12 bytes; ``claim`` reads ``seq`` and the ``ack`` right
-# after it reads ``next`` of the same message: one cache line, not two.
-ctypedef packed struct Message:
-    int64_t seq
-    int32_t next
-
-
 include "_inmemory_ids.pxi"
 include "_inmemory_ready.pxi"
 include "_inmemory_expiry.pxi"
+include "_inmemory_storage.pxi"
 
 
 # ------------------------------------------------------------------ Lease
@@ -417,19 +396,14 @@ cdef class InMemoryTransport:
     cdef object _clock
     cdef bint _wall_clock           # clock is time.time: read it in C
     cdef object _owner              # stamped on every lease this transport issues
-    cdef list _group_ids            # group slot -> group id (None when unused)
+
+    # messages and groups by slot (_inmemory_storage.pxi), and the objects
+    # they refer to in lists by the same slots, so the garbage collector
+    # sees them: len(_events) >= _messages.cap, len(_group_ids) >= _groups.cap
+    cdef MessageStore _messages
+    cdef GroupStore _groups
     cdef list _events               # message slot -> event (None when unused)
-
-    # messages (struct of arrays), len(_events) >= _m_cap
-    cdef Message *_m
-    cdef int32_t _m_cap
-    cdef int32_t _m_free
-
-    # groups, len(_group_ids) >= _g_cap
-    cdef Group *_g
-    cdef int32_t _g_cap
-    cdef int32_t _g_free
-    cdef int32_t _g_used
+    cdef list _group_ids            # group slot -> group id (None when unused)
 
     # group id -> group slot (_inmemory_ids.pxi)
     cdef IdTable _ids
@@ -443,18 +417,12 @@ cdef class InMemoryTransport:
     cdef double _time               # the latest ``now`` an operation used
     cdef int64_t _seq
     cdef int64_t _claims
-    cdef int64_t _messages
     cdef int64_t _leased            # groups whose lock is _LEASED
     cdef int64_t _parked            # groups whose lock is _PARKED
 
     def __cinit__(self, *args, **kwargs):
-        self._m = NULL
-        self._m_cap = 0
-        self._m_free = -1
-        self._g = NULL
-        self._g_cap = 0
-        self._g_free = -1
-        self._g_used = 0
+        messages_init(&self._messages)
+        groups_init(&self._groups)
         ids_init(&self._ids)
         ready_init(&self._ready)
         expiry_init(&self._expiry)
@@ -464,10 +432,10 @@ cdef class InMemoryTransport:
         self._time = -_INF
 
     def __dealloc__(self):
-        ready_free(&self._ready)
-        PyMem_Free(self._m)
-        PyMem_Free(self._g)
+        PyMem_Free(self._messages.at)
+        PyMem_Free(self._groups.at)
         ids_free(&self._ids)
+        ready_free(&self._ready)
         expiry_free(&self._expiry)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -491,7 +459,6 @@ cdef class InMemoryTransport:
         cdef int rc
         cdef Py_hash_t h
         cdef int32_t slot, m
-        cdef Group *g
         if type(group_id) is str:
             gid = <str>group_id
         else:
@@ -500,20 +467,12 @@ cdef class InMemoryTransport:
         h = hash(gid)  # exact str: no user code
         lq_lock(&self._lock)
         try:
-            slot = ids_lookup(&self._ids, self._g, <PyObject *>gid, <uint32_t>h)
-            if slot >= 0 and self._m_free >= 0:
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot >= 0 and self._messages.free >= 0:
                 # Fast path: an existing group, a free message slot.
-                m = self._m_free
-                self._m_free = self._m[m].next
                 self._seq = seq = self._seq + 1
-                self._m[m].seq = seq
-                self._m[m].next = -1
-                lq_list_swap(self._events, m, event)
-                g = &self._g[slot]
-                self._m[g.tail].next = m
-                g.tail = m
-                g.count += 1
-                self._messages += 1
+                m = message_add(&self._messages, self._events, seq, event)
+                group_append(&self._messages, &self._groups.at[slot], m)
                 rc = _OK
             else:
                 rc = self._publish_slow(gid, h, event, prio, slot, &seq)
@@ -566,7 +525,7 @@ cdef class InMemoryTransport:
                 lv = ready_best(&self._ready, minp)
             if lv >= 0:
                 slot = ready_pop(&self._ready, lv)
-                g = &self._g[slot]
+                g = &self._groups.at[slot]
                 self._claims += 1
                 g.key = self._claims
                 g.claimed_at = now
@@ -580,7 +539,7 @@ cdef class InMemoryTransport:
                 if expires_at != _INF:
                     expiry_push(&self._expiry, slot, expires_at)
                 head = g.head
-                seq = self._m[head].seq
+                seq = self._messages.at[head].seq
                 event = lq_list_get(self._events, head)
                 gid = <object>g.gid
         finally:
@@ -598,7 +557,7 @@ cdef class InMemoryTransport:
         position included).  Raises ``LeaseLost`` if the lease is not current;
         an expired lease whose message nobody has claimed since is accepted.
         """
-        cdef int32_t slot, m
+        cdef int32_t slot
         cdef Group *g
         cdef object spent = None      # dropped after the lock is released
         cdef object spent_id = None
@@ -607,23 +566,17 @@ cdef class InMemoryTransport:
         try:
             slot = self._current(<Lease>lease)
             if slot >= 0:
-                g = &self._g[slot]
+                g = &self._groups.at[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
                 g.open = 0
                 g.attempt = 0
-                m = g.head
-                spent = lq_list_swap(self._events, m, None)
-                g.head = self._m[m].next
-                self._m[m].next = self._m_free
-                self._m_free = m
-                g.count -= 1
-                self._messages -= 1
+                spent = group_shift(&self._messages, self._events, g)
                 if g.count == 0:
                     spent_id = self._forget(slot)
                 elif not ready_contains(&self._ready, slot):
                     self._make_ready(slot)
-                if self._m_cap > _MIN_MESSAGE_CAP and self._messages * 4 < self._m_cap:
+                if messages_sparse(&self._messages):
                     self._compact_messages()
         finally:
             lq_unlock(&self._lock)
@@ -657,7 +610,7 @@ cdef class InMemoryTransport:
                         now = self._time
                     else:
                         self._time = now
-                g = &self._g[slot]
+                g = &self._groups.at[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
                 g.open = 0
@@ -707,7 +660,7 @@ cdef class InMemoryTransport:
                     now = self._time
                 else:
                     self._time = now
-                g = &self._g[slot]
+                g = &self._groups.at[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
                 if ready_contains(&self._ready, slot):
@@ -744,8 +697,8 @@ cdef class InMemoryTransport:
                 self._time = now
             if expiry_due(&self._expiry, now):
                 self._expire(now)
-            messages = self._messages
-            groups = self._g_used
+            messages = self._messages.used
+            groups = self._groups.used
             leased = self._leased
             parked = self._parked
         finally:
@@ -756,7 +709,7 @@ cdef class InMemoryTransport:
         """Messages held: ready + leased + parked."""
         cdef int64_t n
         lq_lock(&self._lock)
-        n = self._messages
+        n = self._messages.used
         lq_unlock(&self._lock)
         return n
 
@@ -772,8 +725,8 @@ cdef class InMemoryTransport:
     def __repr__(self) -> str:
         cdef int64_t messages, groups
         lq_lock(&self._lock)
-        messages = self._messages
-        groups = self._g_used
+        messages = self._messages.used
+        groups = self._groups.used
         lq_unlock(&self._lock)
         return (
             f"<{type(self).__module__}.{type(self).__qualname__} "
@@ -799,18 +752,18 @@ cdef class InMemoryTransport:
         cdef Group *g
         if lease._owner is not self._owner:
             return -1
-        if slot < 0 or slot >= self._g_cap or self._g[slot].count == 0 or (
-            self._m[self._g[slot].head].seq != lease._cseq
+        if slot < 0 or slot >= self._groups.cap or self._groups.at[slot].count == 0 or (
+            self._messages.at[self._groups.at[slot].head].seq != lease._cseq
         ):
             # Not at the slot it was issued for: acked, or the group moved
             # when the group array was compacted.  Find the group by id (an
             # issued lease's group_id is an exact str: no user code).
             slot = ids_lookup(
-                &self._ids, self._g, <PyObject *>lease.group_id, <uint32_t>lq_str_hash(lease.group_id),
+                &self._ids, self._groups.at, <PyObject *>lease.group_id, <uint32_t>lq_str_hash(lease.group_id),
             )
-            if slot < 0 or self._m[self._g[slot].head].seq != lease._cseq:
+            if slot < 0 or self._messages.at[self._groups.at[slot].head].seq != lease._cseq:
                 return -1
-        g = &self._g[slot]
+        g = &self._groups.at[slot]
         if not g.open or g.attempt != lease._cattempt:
             return -1
         return slot
@@ -826,44 +779,32 @@ cdef class InMemoryTransport:
         cdef int32_t slot, m, lv = -1
         cdef Group *g
         cdef int rc
-        if self._m_free < 0:
-            rc = self._grow_messages()
+        if self._messages.free < 0:
+            rc = messages_grow(&self._messages, self._events)
             if rc != _OK:
                 return rc
         if found < 0:
-            if self._g_free < 0:
-                rc = self._grow_groups()
+            if self._groups.free < 0:
+                rc = groups_grow(&self._groups, self._group_ids, &self._ready, &self._expiry)
                 if rc != _OK:
                     return rc
             rc = ready_reserve_group(&self._ready, prio, &lv)
             if rc != _OK:
                 return rc
-            rc = ids_reserve(&self._ids, self._g_used + 1)
+            rc = ids_reserve(&self._ids, self._groups.used + 1)
             if rc != _OK:
                 return rc
             # --- commit: nothing below can fail
-            slot = self._g_free
-            self._g_free = self._g[slot].head
-            self._g[slot].gid = <PyObject *>gid
-            ids_insert(&self._ids, slot, <uint32_t>h)
-            self._g_used += 1
-            lq_list_swap(self._group_ids, slot, gid)
+            slot = groups_add(&self._groups, self._group_ids, &self._ids, gid, <uint32_t>h)
             lv = ready_add_group(&self._ready, prio, lv)
         else:
             slot = found
-        m = self._m_free
-        self._m_free = self._m[m].next
         self._seq += 1
         seq_out[0] = self._seq
-        self._m[m].seq = self._seq
-        self._m[m].next = -1
-        lq_list_swap(self._events, m, event)
-        self._messages += 1
-        g = &self._g[slot]
+        m = message_add(&self._messages, self._events, self._seq, event)
+        g = &self._groups.at[slot]
         if found >= 0:
-            self._m[g.tail].next = m
-            g.tail = m
-            g.count += 1
+            group_append(&self._messages, g, m)
         else:
             g.key = self._seq - _NEVER_CLAIMED
             g.attempt = 0
@@ -880,174 +821,9 @@ cdef class InMemoryTransport:
             self._make_ready(slot)
         return _OK
 
-    cdef int _grow_messages(self) except -1:
-        cdef int64_t new_cap = <int64_t>self._m_cap + self._m_cap // 4 + 64
-        cdef int32_t i
-        cdef void *p
-        if self._m_cap >= INT32_MAX - 1:
-            return _FULL
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        while len(self._events) < new_cap:
-            PyList_Append(self._events, None)
-        p = PyMem_Realloc(self._m, <size_t>new_cap * sizeof(Message))
-        if p == NULL:
-            return _NOMEM
-        self._m = <Message *>p
-        for i in range(<int32_t>new_cap - 1, self._m_cap - 1, -1):
-            self._m[i].next = self._m_free
-            self._m_free = i
-        self._m_cap = <int32_t>new_cap
-        return _OK
-
-    cdef int _grow_groups(self) except -1:
-        cdef int64_t new_cap = <int64_t>self._g_cap + self._g_cap // 4 + 16
-        cdef int32_t i
-        cdef void *p
-        if self._g_cap >= INT32_MAX - 1:
-            return _FULL
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        while len(self._group_ids) < new_cap:
-            PyList_Append(self._group_ids, None)
-        p = PyMem_Realloc(self._g, <size_t>new_cap * sizeof(Group))
-        if p == NULL:
-            return _NOMEM
-        self._g = <Group *>p
-        if ready_resize_index(&self._ready, self._g_cap, new_cap) != _OK:
-            return _NOMEM
-        if expiry_resize_index(&self._expiry, self._g_cap, new_cap) != _OK:
-            return _NOMEM
-        for i in range(<int32_t>new_cap - 1, self._g_cap - 1, -1):
-            self._g[i].count = 0
-            self._g[i].head = self._g_free
-            self._g_free = i
-        self._g_cap = <int32_t>new_cap
-        return _OK
-
-    cdef object _forget(self, int32_t slot):
-        """Drop an emptied group; returns its id (released after unlock)."""
-        cdef Group *g = &self._g[slot]
-        cdef int32_t lv = g.level
-        cdef object gid
-        if ready_contains(&self._ready, slot):
-            self._unready(slot)
-        ids_delete(&self._ids, slot, g.gid)
-        gid = lq_list_swap(self._group_ids, slot, None)
-        g.head = self._g_free
-        self._g_free = slot
-        self._g_used -= 1
-        ready_drop_group(&self._ready, lv)
-        if self._g_cap > _MIN_GROUP_CAP and self._g_used * 4 < self._g_cap:
-            self._compact_groups()
-        return gid
-
-    # -- giving memory back (best effort: a failed allocation skips it)
-
-    cdef void _compact_messages(self) noexcept:
-        """Renumber live messages 0..n-1 (group by group) into smaller arrays."""
-        cdef int64_t live = self._messages
-        cdef int64_t new_cap = live * 2
-        cdef Message *msgs
-        cdef PyObject **moved
-        cdef int32_t s, m, following, k = 0, i
-        cdef Group *g
-        if new_cap < _MIN_MESSAGE_CAP:
-            new_cap = _MIN_MESSAGE_CAP
-        if new_cap >= self._m_cap:
-            return
-        msgs = <Message *>PyMem_Malloc(<size_t>new_cap * sizeof(Message))
-        moved = <PyObject **>PyMem_Malloc(<size_t>(live + 1) * sizeof(PyObject *))
-        if msgs == NULL or moved == NULL:
-            PyMem_Free(msgs)
-            PyMem_Free(moved)
-            return
-        for s in range(self._g_cap):
-            g = &self._g[s]
-            if g.count == 0:
-                continue
-            m = g.head
-            g.head = k
-            while m >= 0:
-                msgs[k].seq = self._m[m].seq
-                moved[k] = lq_list_take(self._events, m)
-                following = self._m[m].next
-                if following >= 0:
-                    msgs[k].next = k + 1
-                else:
-                    msgs[k].next = -1
-                    g.tail = k
-                k += 1
-                m = following
-        for i in range(k):
-            lq_list_put(self._events, i, moved[i])
-        PyMem_Free(moved)
-        self._m_free = -1
-        for i in range(<int32_t>new_cap - 1, k - 1, -1):
-            msgs[i].next = self._m_free
-            self._m_free = i
-        PyMem_Free(self._m)
-        self._m = msgs
-        self._m_cap = <int32_t>new_cap
-        lq_list_truncate(self._events, new_cap)
-
-    cdef void _compact_groups(self) noexcept:
-        """Renumber live groups 0..n-1 into smaller arrays and a new id table.
-
-        Leases keep the slot they were issued with; ``_current`` finds a
-        moved group again by its id.
-        """
-        cdef int64_t live = self._g_used
-        cdef int64_t new_cap = live * 2
-        cdef size_t ids_size
-        cdef Group *groups
-        cdef int32_t *rpos
-        cdef int32_t *xpos
-        cdef int32_t *remap
-        cdef IdEntry *ids
-        cdef int32_t s, k = 0, j
-        if new_cap < _MIN_GROUP_CAP:
-            new_cap = _MIN_GROUP_CAP
-        if new_cap >= self._g_cap:
-            return
-        groups = <Group *>PyMem_Malloc(<size_t>new_cap * sizeof(Group))
-        rpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
-        xpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
-        remap = <int32_t *>PyMem_Malloc(<size_t>self._g_cap * sizeof(int32_t))
-        ids = ids_new_table(live, &ids_size)
-        if groups == NULL or rpos == NULL or xpos == NULL or remap == NULL or ids == NULL:
-            PyMem_Free(groups)
-            PyMem_Free(rpos)
-            PyMem_Free(xpos)
-            PyMem_Free(remap)
-            PyMem_Free(ids)
-            return
-        for s in range(self._g_cap):
-            if self._g[s].count == 0:
-                remap[s] = -1
-                continue
-            remap[s] = k
-            groups[k] = self._g[s]
-            if k != s:  # k < s: position k already gave its id away (or had none)
-                lq_list_put(self._group_ids, k, lq_list_take(self._group_ids, s))
-            k += 1
-        self._g_free = -1
-        for j in range(<int32_t>new_cap - 1, k - 1, -1):
-            groups[j].count = 0
-            groups[j].head = self._g_free
-            self._g_free = j
-        ready_renumber(&self._ready, rpos, <int32_t>new_cap, remap, self._g_cap)
-        expiry_renumber(&self._expiry, xpos, <int32_t>new_cap, remap, self._g_cap)
-        ids_renumber(&self._ids, ids, ids_size, remap)
-        PyMem_Free(remap)
-        PyMem_Free(self._g)
-        self._g = groups
-        self._g_cap = <int32_t>new_cap
-        lq_list_truncate(self._group_ids, new_cap)
-
     cdef inline void _unlock(self, int32_t slot) noexcept:
         """Release the group's lock and drop its expiry entry."""
-        cdef Group *g = &self._g[slot]
+        cdef Group *g = &self._groups.at[slot]
         if g.lock == _LEASED:
             self._leased -= 1
         elif g.lock == _PARKED:
@@ -1063,11 +839,22 @@ cdef class InMemoryTransport:
             self._unlock(slot)  # the delivery (open) stays current
             self._make_ready(slot)
 
+    # The two below are methods, not calls of the storage functions in
+    # place, so that the C compiler does not inline those rarely run
+    # functions into ``ack`` (which costs ``ack`` instructions every call).
+
+    cdef object _forget(self, int32_t slot):
+        """Drop an emptied group; returns its id (released after unlock)."""
+        return groups_forget(&self._groups, self._group_ids, &self._ids, &self._ready, &self._expiry, slot)
+
+    cdef void _compact_messages(self) noexcept:
+        messages_compact(&self._messages, self._events, &self._groups)
+
     cdef inline void _make_ready(self, int32_t slot) noexcept:
         """Put a free group in its level's heap under its round-robin key."""
-        cdef Group *g = &self._g[slot]
+        cdef Group *g = &self._groups.at[slot]
         ready_push(&self._ready, slot, g.level, g.key)
 
     cdef inline void _unready(self, int32_t slot) noexcept:
         """Take a ready group out of its level's heap."""
-        ready_remove(&self._ready, slot, self._g[slot].level)
+        ready_remove(&self._ready, slot, self._groups.at[slot].level)

@@ -14,6 +14,9 @@
 # ids_renumber (the group array was compacted: rehash every entry).
 
 
+cdef struct Group        # a group's record (_inmemory_storage.pxi): ``gid`` is its id
+
+
 ctypedef struct IdEntry:
     int32_t group        # group slot, -1 for an empty entry
     uint32_t hash        # low 32 bits of the id's hash: probes skip most misses
