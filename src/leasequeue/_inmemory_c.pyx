@@ -4,21 +4,32 @@
 
 Same contract (``SPEC.md``, ``docs/decisions.md``), same names, signatures,
 docstrings and error messages as the pure module; the algorithm is explained
-there.  Here the same structures live in C arrays:
+there.  Here the same structures live in C arrays, each in a file of its
+own (included below, in the order of the pure module's sections):
 
-* groups: an array of 64-byte ``Group`` structs (the fields a claim touches
-  together); freed slots are chained in a free list.  A group
-  id finds its slot through an open-addressing table of (slot, 32 bits of
-  the id's hash) pairs, 8 bytes an entry; the group keeps a borrowed
-  pointer to its id, whose reference a list by slot owns.  Only a group's
-  head message can be leased or parked, so lock state lives on the group.
-* messages: an array of packed 12-byte ``Message`` records (``seq`` and
-  ``next``: a singly linked FIFO per group), events in a ``list`` indexed by
-  the same slot so the garbage collector sees them.
-* ready groups: an indexed 4-ary heap per priority level, keyed by the
-  round-robin key; the levels form a treap whose nodes know the smallest
-  ready key of their subtree (claim with a priority floor is one walk).
-* locked groups with a finite expiry: an indexed min-heap keyed by expiry.
+* groups (``_inmemory_storage.pxi``): an array of 64-byte ``Group`` structs
+  (the fields a claim touches together); freed slots are chained in a free
+  list.  A group id finds its slot through an open-addressing table of
+  (slot, 32 bits of the id's hash) pairs, 8 bytes an entry
+  (``_inmemory_ids.pxi``); the group keeps a borrowed pointer to its id,
+  whose reference a list by slot owns.  Only a group's head message can be
+  leased or parked, so lock state lives on the group.
+* messages (``_inmemory_storage.pxi``): an array of packed 12-byte
+  ``Message`` records (``seq`` and ``next``: a singly linked FIFO per
+  group), events in a ``list`` indexed by the same slot so the garbage
+  collector sees them.
+* ready groups (``_inmemory_ready.pxi``): an indexed 4-ary heap per priority
+  level, keyed by the round-robin key; the levels form a treap whose nodes
+  know the smallest ready key of their subtree (claim with a priority floor
+  is one walk).
+* locked groups with a finite expiry (``_inmemory_expiry.pxi``): an indexed
+  min-heap keyed by expiry.
+
+Each structure is a C struct the transport holds, with ``cdef ...
+noexcept`` functions (``inline`` where hot) taking a pointer to it
+(``ids_lookup``, ``ready_push``, ``expiry_push``, ...); the ``Lease`` class
+and the argument checks have files of their own too.  The transport's
+methods below are the operations.
 
 Memory is only allocated before anything changes, so a ``MemoryError``
 leaves the transport as it was: ``publish`` grows the message, group, id
@@ -141,230 +152,14 @@ cdef enum:
 cdef int64_t _NEVER_CLAIMED = (<int64_t>1) << 62
 
 
-include "_inmemory_ids.pxi"
-include "_inmemory_ready.pxi"
-include "_inmemory_expiry.pxi"
-include "_inmemory_storage.pxi"
-
-
-# ------------------------------------------------------------------ Lease
-
-
-@cython.final
-@cython.auto_pickle(False)
-@cython.freelist(32)  # a claim makes one and an ack usually drops it (GIL builds only)
-cdef class Lease:
-    """One delivery of one message: the handle for ``ack``/``nack``/``extend``.
-
-    An immutable value.  ``seq``, ``group_id`` and ``event`` are the seed's
-    three fields; ``worker_id``, ``expires_at`` (clock seconds) and
-    ``attempt`` (1 on a message's first delivery, +1 at each later claim)
-    follow.  ``event`` is the very object that was published.
-
-    Leases compare equal when all fields but ``event`` are equal and the
-    events are the same object; the hash ignores the event (it may be
-    unhashable).  A ``Lease`` built by hand is never accepted by a transport:
-    only leases a transport issued are current there.
-    """
-
-    cdef readonly object group_id
-    cdef readonly object event
-    cdef readonly object worker_id
-    # The issuing transport's token; None on a lease built by hand.
-    cdef object _owner
-    # A hand-built lease keeps the objects it was given; an issued one keeps
-    # C values (no int/float objects are made unless the fields are read).
-    cdef object _seq
-    cdef object _expires_at
-    cdef object _attempt
-    cdef int64_t _cseq
-    cdef int64_t _cattempt
-    cdef double _cexpires_at
-    cdef int32_t _slot
-
-    def __init__(
-        self,
-        seq: int,
-        group_id: str,
-        event: Any,
-        worker_id: str,
-        expires_at: float,
-        attempt: int,
-    ) -> None:
-        self._seq = seq
-        self.group_id = group_id
-        self.event = event
-        self.worker_id = worker_id
-        self._expires_at = expires_at
-        self._attempt = attempt
-        self._owner = None
-
-    @property
-    def seq(self):
-        return self._seq if self._owner is None else self._cseq
-
-    @property
-    def expires_at(self):
-        return self._expires_at if self._owner is None else self._cexpires_at
-
-    @property
-    def attempt(self):
-        return self._attempt if self._owner is None else self._cattempt
-
-    cdef inline object _get_seq(self):
-        return self._seq if self._owner is None else self._cseq
-
-    cdef inline object _get_expires_at(self):
-        return self._expires_at if self._owner is None else self._cexpires_at
-
-    cdef inline object _get_attempt(self):
-        return self._attempt if self._owner is None else self._cattempt
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Lease is immutable: cannot set {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Lease is immutable: cannot delete {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Lease):
-            return NotImplemented
-        cdef Lease o = <Lease>other
-        return (
-            self._get_seq() == o._get_seq()
-            and self.group_id == o.group_id
-            and self.event is o.event
-            and self.worker_id == o.worker_id
-            and self._get_expires_at() == o._get_expires_at()
-            and self._get_attempt() == o._get_attempt()
-        )
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    def __hash__(self) -> int:
-        return hash((self._get_seq(), self.group_id, self.worker_id, self._get_expires_at(), self._get_attempt()))
-
-    def __repr__(self) -> str:
-        return (
-            f"Lease(seq={self._get_seq()!r}, group_id={self.group_id!r}, event={self.event!r}, "
-            f"worker_id={self.worker_id!r}, expires_at={self._get_expires_at()!r}, "
-            f"attempt={self._get_attempt()!r})"
-        )
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a Lease cannot be pickled or copied: it is only valid in its transport")
-
-    def __copy__(self) -> "Lease":
-        return self
-
-    def __deepcopy__(self, memo: Any) -> "Lease":
-        return self
-
-
-cdef inline Lease _issue(
-    int64_t seq, object group_id, object event, object worker_id,
-    double expires_at, int64_t attempt, object owner, int32_t slot,
-):
-    """Build a lease stamped with its transport's owner token."""
-    cdef Lease lease = Lease.__new__(Lease)
-    lease.group_id = group_id
-    lease.event = event
-    lease.worker_id = worker_id
-    lease._owner = owner
-    lease._cseq = seq
-    lease._cexpires_at = expires_at
-    lease._cattempt = attempt
-    lease._slot = slot
-    return lease
-
-
-# ------------------------------------------------------------- validation
-
-
-cdef str _check_id(object value, str name):
-    if type(value) is str:
-        return <str>value
-    if isinstance(value, str):
-        # An exact copy: no user __hash__/__eq__ may run under the lock.
-        return str.__getitem__(value, slice(None))
-    raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-
-
-cdef str _check_worker(object value):
-    cdef str worker_id = _check_id(value, "worker_id")
-    if worker_id == _PARKED_STR:
-        raise ValueError(f"worker_id {PARKED!r} is reserved for parked messages")
-    return worker_id
-
-
-cdef int64_t _check_priority(object value, str name) except? -1:
-    cdef int overflow = 0
-    cdef long long result
-    if type(value) is not int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-        value = int(value)
-    result = PyLong_AsLongLongAndOverflow(value, &overflow)
-    if overflow:
-        raise OverflowError(f"{name} {value} is outside the signed 64-bit range")
-    return result
-
-
-cdef inline int64_t _priority(object value, str name) except? -1:
-    """``_check_priority`` with a fast path for an exact int in range."""
-    cdef int overflow = 0
-    cdef long long result
-    if type(value) is int:
-        result = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if not overflow:
-            return result
-    return _check_priority(value, name)
-
-
-cdef double _check_duration(object value, str name) except? -1.0:
-    cdef double seconds
-    if type(value) is float:
-        seconds = <double>value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond float range: it never expires either
-            seconds = _INF if value > 0 else -_INF
-    else:
-        raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
-    if not seconds >= 0.0:  # also catches NaN
-        raise ValueError(f"{name} must be >= 0, not {value!r}")
-    return seconds
-
-
-cdef inline int _check_lease(object lease) except -1:
-    if type(lease) is not Lease:
-        raise TypeError(f"expected a Lease, not {type(lease).__name__}")
-    return 0
-
-
-cdef double _check_time(object value) except? -1.0:
-    cdef double now
-    if type(value) is not float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"clock() must return an int or float, not {type(value).__name__}")
-        try:
-            value = float(value)
-        except OverflowError:
-            raise ValueError(f"clock() returned {value!r}, which is not finite") from None
-    now = <double>value
-    if now - now != 0.0:  # NaN or an infinity
-        raise ValueError(f"clock() returned {value!r}, which is not finite")
-    return now
-
-
-cdef str _lost_message(Lease lease):
-    return (
-        f"lease of message {lease._get_seq()} in group {lease.group_id!r} (attempt {lease._get_attempt()}) "
-        "is not current: it was acked, nacked, re-delivered, or issued by another transport"
-    )
+# The pieces, each in a file of its own, in the order of the pure twin's
+# sections (a module-level include: Cython allows none in a class body).
+include "_inmemory_lease.pxi"       # Lease, _issue, _lost_message
+include "_inmemory_validation.pxi"  # argument checks
+include "_inmemory_ids.pxi"         # IdTable: group id -> group slot
+include "_inmemory_ready.pxi"       # ReadySet: a heap of ready groups per level, the level treap
+include "_inmemory_expiry.pxi"      # ExpiryHeap: locked groups by expiry
+include "_inmemory_storage.pxi"     # MessageStore, GroupStore: the records, grow, forget, compact
 
 
 # -------------------------------------------------------------- transport
@@ -768,6 +563,8 @@ cdef class InMemoryTransport:
             return -1
         return slot
 
+    # -- publishing
+
     cdef int _publish_slow(
         self, str gid, Py_hash_t h, object event, int64_t prio, int32_t found, int64_t *seq_out,
     ) except -1:
@@ -821,6 +618,19 @@ cdef class InMemoryTransport:
             self._make_ready(slot)
         return _OK
 
+    # -- ready heaps and the level treap (_inmemory_ready.pxi)
+
+    cdef inline void _make_ready(self, int32_t slot) noexcept:
+        """Put a free group in its level's heap under its round-robin key."""
+        cdef Group *g = &self._groups.at[slot]
+        ready_push(&self._ready, slot, g.level, g.key)
+
+    cdef inline void _unready(self, int32_t slot) noexcept:
+        """Take a ready group out of its level's heap."""
+        ready_remove(&self._ready, slot, self._groups.at[slot].level)
+
+    # -- lock state and the expiry heap (_inmemory_expiry.pxi)
+
     cdef inline void _unlock(self, int32_t slot) noexcept:
         """Release the group's lock and drop its expiry entry."""
         cdef Group *g = &self._groups.at[slot]
@@ -839,22 +649,16 @@ cdef class InMemoryTransport:
             self._unlock(slot)  # the delivery (open) stays current
             self._make_ready(slot)
 
-    # The two below are methods, not calls of the storage functions in
-    # place, so that the C compiler does not inline those rarely run
-    # functions into ``ack`` (which costs ``ack`` instructions every call).
+    # -- storage (_inmemory_storage.pxi)
+    #
+    # Methods rather than calls of the storage functions in place: gcc
+    # inlines a static function called once, and these rarely run ones
+    # inlined into ``ack`` cost it ~20 instructions on every call.
 
     cdef object _forget(self, int32_t slot):
         """Drop an emptied group; returns its id (released after unlock)."""
         return groups_forget(&self._groups, self._group_ids, &self._ids, &self._ready, &self._expiry, slot)
 
     cdef void _compact_messages(self) noexcept:
+        """Renumber live messages into smaller arrays (``messages_compact``)."""
         messages_compact(&self._messages, self._events, &self._groups)
-
-    cdef inline void _make_ready(self, int32_t slot) noexcept:
-        """Put a free group in its level's heap under its round-robin key."""
-        cdef Group *g = &self._groups.at[slot]
-        ready_push(&self._ready, slot, g.level, g.key)
-
-    cdef inline void _unready(self, int32_t slot) noexcept:
-        """Take a ready group out of its level's heap."""
-        ready_remove(&self._ready, slot, self._groups.at[slot].level)
