@@ -79,14 +79,15 @@ def extensions() -> list[Extension]:
     # include/extern statements itself; they are listed too so that an edit
     # to any of them rebuilds the module whatever tool drives the build.
     platform_h = "src/leasequeue/_lq_platform.h"
+    build_h = "src/leasequeue/_lq_build.h"
     transport_pxi = sorted(glob.glob("src/leasequeue/_inmemory_*.pxi"))
     exts = [
         Extension(
             "leasequeue._inmemory_c",
             ["src/leasequeue/_inmemory_c.pyx"],
-            depends=[*transport_pxi, platform_h],
+            depends=[*transport_pxi, platform_h, build_h],
         ),
-        Extension("leasequeue._floor", ["src/leasequeue/_floor.pyx"], depends=[platform_h]),
+        Extension("leasequeue._floor", ["src/leasequeue/_floor.pyx"], depends=[platform_h, build_h]),
     ]
     return cythonize(exts, compiler_directives=CYTHON_DIRECTIVES)
 

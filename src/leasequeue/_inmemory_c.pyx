@@ -69,6 +69,13 @@ cdef object _time_time = time.time
 cdef double _INF = float("inf")
 
 
+cdef extern from "_lq_build.h":
+    object lq_cython_version()
+
+#: The Cython version that compiled this module (recorded at build time).
+CYTHON_VERSION = lq_cython_version()
+
+
 cdef extern from "_lq_platform.h":
     # The C read of time.time and the lock primitive (see the header).
     double lq_wall_time() noexcept nogil

@@ -58,6 +58,8 @@ cdef double _check_duration(object value, str name) except? -1.0:
     else:
         raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
     if not seconds >= 0.0:  # also catches NaN
+        if seconds != seconds:
+            raise ValueError(f"{name} must not be NaN")
         raise ValueError(f"{name} must be >= 0, not {value!r}")
     return seconds
 
