@@ -15,6 +15,7 @@ first use, and only then needs pytest: a missing pytest is a clear
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ._clock import ManualClock
@@ -24,16 +25,43 @@ if TYPE_CHECKING:
 
 __all__ = ["ManualClock", "TransportContract"]
 
+#: The modules of ``TransportContract``: pytest rewrites their ``assert``
+#: statements (so a failing rule shows the values it compared) when they are
+#: registered before they are imported.
+_CONTRACT_MODULES = [
+    f"{__name__}.{name}"
+    for name in (
+        "_contract",
+        "_contract_base",
+        "_rules_core",
+        "_rules_bad_input",
+        "_rules_waiting",
+        "_rules_control",
+        "_rules_batches",
+    )
+]
+
+
+def _register_assert_rewrite(pytest: Any) -> None:
+    names = [name for name in _CONTRACT_MODULES if name not in sys.modules]
+    if names:
+        pytest.register_assert_rewrite(*names)
+
+
+if "pytest" in sys.modules and sys.modules["pytest"] is not None:  # imported by a test run
+    _register_assert_rewrite(sys.modules["pytest"])
+
 
 def __getattr__(name: str) -> Any:
     if name == "TransportContract":
         try:
-            import pytest  # noqa: F401  (only to give a clear message)
+            import pytest
         except ImportError as exc:
             raise ImportError(
                 "leasequeue.testing.TransportContract is a pytest test class and needs pytest: "
                 "pip install pytest"
             ) from exc
+        _register_assert_rewrite(pytest)
         from ._contract import TransportContract
 
         return TransportContract
