@@ -19,7 +19,7 @@ import pytest
 from .._validation import INT64_MIN
 from ._clock import ManualClock
 
-__all__ = ["ContractBase", "ContractClock", "Waiter", "fingerprint", "lease_key", "requires"]
+__all__ = ["ContractBase", "ContractClock", "Waiter", "claim_all", "fingerprint", "lease_key", "requires"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 MakeTransport = Callable[[Callable[[], float]], Any]
@@ -169,20 +169,43 @@ def fingerprint(transport: Any, clock: ManualClock, identity: bool = True) -> Li
     transports with the same history give the same fingerprint.  It moves
     ``clock`` 10**9 s on.
     """
-    out: List[Any] = [len(transport), tuple(transport.stats())]
-    held = []
-    while (lease := transport.claim("probe", math.inf, INT64_MIN)) is not None:
-        out.append(lease_key(lease, identity))
-        held.append(lease)
-    for lease in held:
+    held = len(transport)
+    out: List[Any] = [held, tuple(transport.stats())]
+    leases = claim_all(transport, "probe", math.inf, INT64_MIN, limit=held)
+    out.extend(lease_key(lease, identity) for lease in leases)
+    for lease in leases:
         transport.ack(lease)
     out.append(tuple(transport.stats()))
     clock.advance(1e9)
-    while (lease := transport.claim("drain", 1.0, INT64_MIN)) is not None:
+    for _ in range(held + 1):
+        lease = transport.claim("drain", 1.0, INT64_MIN)
+        if lease is None:
+            break
         out.append(lease_key(lease, identity))
         transport.ack(lease)
+    else:
+        raise AssertionError(f"{held} messages were held, but more were claimed and acked")
     out.append((len(transport), tuple(transport.stats())))
     return out
+
+
+def claim_all(
+    t: Any, worker: str = "w", visibility: float = 30.0, min_priority: int = INT64_MIN, limit: int = 10_000
+) -> List[Any]:
+    """Claim until nothing is eligible; return the leases in claim order.
+
+    A transport that leases a group again while it is leased would go on
+    for ever: more than ``limit`` leases (or more than the transport holds
+    messages) fail instead."""
+    leases: List[Any] = []
+    while (lease := t.claim(worker, visibility, min_priority)) is not None:
+        leases.append(lease)
+        if len(leases) > limit:
+            raise AssertionError(
+                f"claim returned more than {limit} leases without an ack (the last {leases[-3:]!r}): "
+                "a message or group leased twice?"
+            )
+    return leases
 
 
 class ContractBase:
@@ -279,11 +302,9 @@ class ContractBase:
 
     @staticmethod
     def claim_all(t: Any, worker: str = "w", visibility: float = 30.0, min_priority: int = INT64_MIN) -> List[Any]:
-        """Claim until nothing is eligible; return the leases in claim order."""
-        leases = []
-        while (lease := t.claim(worker, visibility, min_priority)) is not None:
-            leases.append(lease)
-        return leases
+        """Claim until nothing is eligible (at most as many leases as the
+        transport holds messages); return the leases in claim order."""
+        return claim_all(t, worker, visibility, min_priority, limit=len(t))
 
     def run_with_deadline(self, target: Callable[[], Any]) -> Any:
         """Run ``target`` in a daemon thread and return its result; fail
