@@ -85,6 +85,36 @@ class LifoWithinGroup(Pure):
         return seq
 
 
+class RecreatedGroupKeepsItsPlace(Pure):
+    """An emptied group is forgotten, but a later publish that re-creates it
+    gives it back its old round-robin place (issue 14: the test of this rule
+    could not tell the two apart)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self._old_keys: Dict[str, int] = {}
+
+    def ack(self, lease: Any) -> None:
+        with self._lock:
+            group = self._groups.get(getattr(lease, "group_id", None))
+            key = None if group is None else group.key
+            super().ack(lease)
+            if key is not None and lease.group_id not in self._groups:
+                self._old_keys[lease.group_id] = key
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        with self._lock:
+            fresh = group_id not in self._groups
+            seq = super().publish(group_id, event, priority)
+            old = self._old_keys.pop(group_id, None) if fresh else None
+            if old is not None:
+                group = self._groups[group_id]
+                self._unready(group)
+                group.key = old
+                self._make_ready(group)
+        return seq
+
+
 class FloorOffByOne(Pure):
     """``claim(min_priority=p)`` also serves groups of priority ``p - 1``."""
 
@@ -172,6 +202,7 @@ PART1_BUGS = {
     ],
     "TimestampRoundRobin": ["test_round_robin_order[group-by-group-frozen-clock]"],
     "LifoWithinGroup": ["test_fifo_within_group"],
+    "RecreatedGroupKeepsItsPlace": ["test_ack_forgets_round_robin_position"],
     "FloorOffByOne": ["test_priority_floor"],
     "ExpiryAtOrBefore": ["test_expiry_recovery_after_crash", "test_park_blocks_group"],
 }
