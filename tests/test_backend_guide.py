@@ -10,10 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "testing-your-backend.md"
 
 
 def test_the_guide_example_passes_the_contract(tmp_path: Path) -> None:
+    if not GUIDE.exists():
+        pytest.skip("docs/ is not next to tests/ (the installed-wheel test run copies tests/ only)")
     blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
     example = [block for block in blocks if "class TestPickledTransport" in block]
     assert len(example) == 1, "the guide's complete example is missing"
