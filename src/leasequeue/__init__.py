@@ -61,3 +61,12 @@ else:
         IMPLEMENTATION = "python"
     else:
         IMPLEMENTATION = "cython"
+
+
+def __getattr__(name: str) -> object:
+    """The durable backends are imported on first use (``leasequeue.SQLiteTransport``)."""
+    if name in ("SQLiteTransport", "JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
+        from . import _sqlite
+
+        return getattr(_sqlite, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,115 @@
+-- The leasequeue schema for SQLite (schema version 1).
+--
+-- Loaded by leasequeue._sqlite: each statement below is run, in order, in the
+-- one transaction that creates a new database file.  The file is marked with
+-- PRAGMA application_id (the magic number) and PRAGMA user_version (the
+-- schema version) in the same transaction, so a file is either a complete
+-- leasequeue database or untouched.
+--
+-- The tables hold exactly the state of the in-memory transport
+-- (src/leasequeue/_inmemory_py.py): messages in publish order, and per group
+-- its priority, round-robin key and the lock state of its head message.
+
+-- One row: the counters every process shares.
+CREATE TABLE lq_state (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    magic     TEXT    NOT NULL,  -- 'leasequeue': a second check besides application_id
+    version   INTEGER NOT NULL,  -- schema version (also in PRAGMA user_version)
+    last_seq  INTEGER NOT NULL,  -- the last seq issued; seqs are never reused
+    claims    INTEGER NOT NULL,  -- claim counter: the round-robin key of claimed groups
+    now       REAL    NOT NULL,  -- the latest time any operation used (-Inf at first)
+    messages  INTEGER NOT NULL,  -- messages held        (kept by the triggers below)
+    groups    INTEGER NOT NULL,  -- groups with messages (kept by the triggers below)
+    leased    INTEGER NOT NULL,  -- groups whose head is leased
+    parked    INTEGER NOT NULL,  -- groups whose head is parked
+    paused    INTEGER NOT NULL   -- groups paused
+);
+
+-- One row per group that holds a message or is paused.  Only a group's head
+-- (oldest) message can be leased or parked, so the lock lives here.
+CREATE TABLE lq_groups (
+    gid             INTEGER PRIMARY KEY,
+    group_id        TEXT    NOT NULL UNIQUE,
+    priority        INTEGER NOT NULL,
+    -- Round-robin position: never-claimed groups first seq - 2**62, claimed
+    -- groups the number of the claim that last served them.
+    rr_key          INTEGER NOT NULL,
+    messages        INTEGER NOT NULL,  -- messages held by the group
+    head_seq        INTEGER,           -- its oldest message (NULL: none, paused)
+    lock            INTEGER NOT NULL,  -- 0 free, 1 leased, 2 parked
+    expires_at      REAL,              -- end of the lock; NULL when free
+    -- The open delivery's worker (also after its lease ran out, while nobody
+    -- claimed the message since), '__parked__' while parked, else NULL.
+    holder          TEXT,
+    attempt         INTEGER NOT NULL,  -- deliveries of the head message so far
+    open            INTEGER NOT NULL,  -- the latest delivery is not acked/nacked
+    paused          INTEGER NOT NULL,
+    last_claimed_at REAL,              -- NULL: never claimed
+    -- What a claim replaced, so that a claim made for a waiter that was
+    -- cancelled in the meantime can be undone exactly.
+    prev_rr_key     INTEGER,
+    prev_claimed_at REAL,
+    prev_holder     TEXT,
+    -- Claimable: holds a message, nothing of it leased or parked, not paused.
+    ready           INTEGER GENERATED ALWAYS AS (messages > 0 AND lock = 0 AND paused = 0) VIRTUAL
+);
+
+-- Ready groups in round-robin order: the claim with the common floor (no
+-- ready group below it) is the first entry.
+CREATE INDEX lq_groups_ready ON lq_groups (rr_key) WHERE ready;
+-- Ready groups by priority: the lowest/highest ready priority, and for any
+-- other floor a walk over the distinct priorities above it.
+CREATE INDEX lq_groups_ready_by_priority ON lq_groups (priority, rr_key) WHERE ready;
+-- Locked groups by the end of their lock: expiry is a range search.
+CREATE INDEX lq_groups_expiry ON lq_groups (expires_at) WHERE expires_at IS NOT NULL;
+
+-- Messages; seq is the row id, taken from lq_state.last_seq (never reused).
+CREATE TABLE lq_messages (
+    seq   INTEGER PRIMARY KEY,
+    gid   INTEGER NOT NULL,
+    event BLOB                -- the serialized event (bytes, or text for JSON)
+);
+-- A group's messages in publish order: its next head, and purge.
+CREATE INDEX lq_messages_by_group ON lq_messages (gid, seq);
+
+-- The counters of lq_state follow the rows, whatever statement changed them.
+CREATE TRIGGER lq_messages_added AFTER INSERT ON lq_messages
+BEGIN
+    UPDATE lq_state SET messages = messages + 1;
+END;
+
+CREATE TRIGGER lq_messages_removed AFTER DELETE ON lq_messages
+BEGIN
+    UPDATE lq_state SET messages = messages - 1;
+END;
+
+CREATE TRIGGER lq_groups_added AFTER INSERT ON lq_groups
+BEGIN
+    UPDATE lq_state SET
+        groups = groups + (new.messages > 0),
+        leased = leased + (new.lock = 1),
+        parked = parked + (new.lock = 2),
+        paused = paused + new.paused;
+END;
+
+CREATE TRIGGER lq_groups_removed AFTER DELETE ON lq_groups
+BEGIN
+    UPDATE lq_state SET
+        groups = groups - (old.messages > 0),
+        leased = leased - (old.lock = 1),
+        parked = parked - (old.lock = 2),
+        paused = paused - old.paused;
+END;
+
+CREATE TRIGGER lq_groups_changed AFTER UPDATE OF messages, lock, paused ON lq_groups
+WHEN (new.messages > 0) != (old.messages > 0) OR new.lock != old.lock OR new.paused != old.paused
+BEGIN
+    UPDATE lq_state SET
+        groups = groups + (new.messages > 0) - (old.messages > 0),
+        leased = leased + (new.lock = 1) - (old.lock = 1),
+        parked = parked + (new.lock = 2) - (old.lock = 2),
+        paused = paused + new.paused - old.paused;
+END;
+
+INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
+VALUES (1, 'leasequeue', 1, 0, 0, -9e999, 0, 0, 0, 0, 0);
