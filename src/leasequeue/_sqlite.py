@@ -69,6 +69,9 @@ __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTran
 APPLICATION_ID = 0x4C515545
 #: The schema version this code reads and writes (``PRAGMA user_version``).
 SCHEMA_VERSION = 1
+#: Page size of a new database file (see docs/sqlite.md: smaller pages mean
+#: smaller WAL frames to checksum and write per commit).
+PAGE_SIZE = int(os.environ.get("LEASEQUEUE_SQLITE_PAGE_SIZE", "4096"))
 
 Serializer = Tuple[Callable[[Any], Union[bytes, str]], Callable[[Any], Any]]
 
@@ -228,6 +231,7 @@ def _check_file(path: str, busy_timeout: float) -> None:
 
 def _initialise(conn: sqlite3.Connection, path: str) -> None:
     """Create the schema in a new (empty) database, or check an existing one."""
+    conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # only takes effect on a new database
     conn.execute("BEGIN IMMEDIATE")
     try:
         application_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -479,9 +483,9 @@ class SQLiteTransport:
             raise TypeError(f"the serializer's dumps() must return bytes or str, not {type(data).__name__}")
         return data
 
-    def _lease(self, row: Tuple[Any, ...], worker_id: str, expires_at: float) -> Any:
+    def _lease(self, row: Tuple[Any, ...], worker_id: str) -> Any:
         """A Lease from a claim's row (after the lock: deserializing is user code)."""
-        _gid, group_id, seq, attempt, _priority, data = row
+        _gid, group_id, seq, attempt, _priority, data, expires_at = row
         try:
             event = self._loads(data)
         except Exception as exc:
@@ -525,16 +529,15 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                seq = cur.execute(_Q["next_seqs"], (1,)).fetchone()[0]
-                gid, messages, ready, priority = cur.execute(
-                    _Q["add_to_group"], (group_id, priority, seq)
-                ).fetchone()
-                cur.execute(_Q["add_message"], (seq, gid, data))
+                cur.execute(_Q["publish"], (group_id, priority, data))
+                seq = cur.execute(_Q["last_seq"]).fetchone()[0]
+                if self._queue.waiters:
+                    messages, ready, priority = cur.execute(_Q["group_state"], (group_id,)).fetchone()
+                    if ready and messages == 1:  # the group was idle: claimable now
+                        wakes = self._signal((priority,))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if ready and messages == 1 and self._queue.waiters:
-                wakes = self._signal((priority,))
         if wakes:
             call_all(wakes)
         return seq
@@ -570,20 +573,17 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                now, next_expiry, key = cur.execute(_Q["use_time_and_claims"], (now, 1)).fetchone()
-                freed = cur.execute(_Q["expire"], (now,)).fetchall() if next_expiry is not None and next_expiry < now else None
-                expires_at = now + visibility
-                row = cur.execute(_Q["claim"], (worker_id, expires_at, key, now, min_priority)).fetchone()
+                rows = self._claim_rows(cur, worker_id, visibility, min_priority, now, 1)
+                if self._queue.waiters:
+                    wakes = self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if freed and self._queue.waiters:
-                wakes = self._signal(_freed_priorities(freed, row))
         if wakes:
             call_all(wakes)
-        if row is None:
+        if not rows:
             return None
-        return self._lease(row, worker_id, expires_at)
+        return self._lease(rows[0], worker_id)
 
     def ack(self, lease: Any) -> None:
         """Done: remove the leased message; its group may serve its next one.
@@ -596,28 +596,20 @@ class SQLiteTransport:
             _check_lease(lease)
         key = _lease_key(lease)
         wakes: Any = ()
+        done = False
         with self._lock:
             cur = self._cursor()
-            if key is None:
-                row = None
-            else:
+            if key is not None:
                 try:
                     cur.execute("BEGIN IMMEDIATE")
-                    row = cur.execute(_Q["ack"], key).fetchone()
-                    if row is not None:
-                        gid, messages, paused, priority, ready = row
-                        cur.execute(_Q["delete_message"], (key[2],))
-                        if messages == 0 and not paused:
-                            cur.execute(_Q["forget_group"], (gid,))
-                        cur.execute("COMMIT")
-                    else:
-                        cur.execute("ROLLBACK")
+                    done = cur.execute(_Q["ack"], key).rowcount == 1
+                    if done and self._queue.waiters:
+                        wakes = self._signal_if_ready(cur, key[0])
+                    cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
-            if row is None:
+            if not done:
                 raise _lost(lease)
-            if ready and self._queue.waiters:
-                wakes = self._signal((priority,))
         if wakes:
             call_all(wakes)
 
@@ -635,23 +627,23 @@ class SQLiteTransport:
         wakes: Any = ()
         with self._lock:
             cur = self._cursor()
-            row = None
+            done = False
             if key is not None:
                 try:
                     cur.execute("BEGIN IMMEDIATE")
                     if delay == 0.0:
-                        row = cur.execute(_Q["nack_now"], key).fetchone()
+                        done = cur.execute(_Q["nack_now"], key).rowcount == 1
                     else:
-                        # The time is used only if the lease is current (else rolled back).
-                        now = cur.execute(_Q["use_time"], (now,)).fetchone()[0]
-                        row = cur.execute(_Q["park"], key + (now + delay,)).fetchone()
-                    cur.execute("COMMIT" if row is not None else "ROLLBACK")
+                        # The time is kept only if the lease is current (else rolled back).
+                        cur.execute(_Q["use_time"], (now,))
+                        done = cur.execute(_Q["park"], key + (delay,)).rowcount == 1
+                    if done and self._queue.waiters:
+                        wakes = self._signal_if_ready(cur, key[0]) if delay == 0.0 else self._topup_in(cur)
+                    cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
-            if row is None:
+            if not done:
                 raise _lost(lease)
-            if delay == 0.0 and row[1] and self._queue.waiters:
-                wakes = self._signal((row[0],))
         if wakes:
             call_all(wakes)
 
@@ -667,18 +659,24 @@ class SQLiteTransport:
         key = _lease_key(lease)
         with self._lock:
             cur = self._cursor()
-            row = None
+            done = False
+            wakes: Any = ()
             if key is not None:
                 try:
                     cur.execute("BEGIN IMMEDIATE")
-                    now = cur.execute(_Q["use_time"], (now,)).fetchone()[0]
+                    cur.execute(_Q["use_time"], (now,))
+                    now = cur.execute(_Q["now"]).fetchone()[0]
                     expires_at = now + visibility
-                    row = cur.execute(_Q["extend"], key + (expires_at,)).fetchone()
-                    cur.execute("COMMIT" if row is not None else "ROLLBACK")
+                    done = cur.execute(_Q["extend"], key + (expires_at,)).rowcount == 1
+                    if done and self._queue.waiters:
+                        wakes = self._topup_in(cur)
+                    cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
-            if row is None:
+            if not done:
                 raise _lost(lease)
+        if wakes:
+            call_all(wakes)
         return _Lease(lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt)
 
     def stats(self) -> TransportStats:
@@ -692,13 +690,13 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                freed = self._use_time(cur, now)[1]
+                cur.execute(_Q["use_time"], (now,))
                 counts = cur.execute(_Q["counts"]).fetchone()
+                if self._queue.waiters:
+                    wakes = self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if freed and self._queue.waiters:
-                wakes = self._signal(_freed_priorities(freed, None))
         if wakes:
             call_all(wakes)
         return TransportStats(*counts)
@@ -771,13 +769,42 @@ class SQLiteTransport:
 
     # ------------------------------------------------------------ internals (lock held)
 
-    def _use_time(self, cur: Any, now: float) -> Tuple[float, Optional[List[Any]]]:
-        """Advance the transport's time to ``now`` and apply expiry."""
-        now, next_expiry = cur.execute(_Q["use_time"], (now,)).fetchone()
-        freed = None
-        if next_expiry is not None and next_expiry < now:
-            freed = cur.execute(_Q["expire"], (now,)).fetchall()
-        return now, freed
+    def _claim_rows(
+        self, cur: Any, worker_id: str, visibility: float, floor: int, now: float, count: int
+    ) -> List[Tuple[Any, ...]]:
+        """Move the time to ``now`` (expiry), then up to ``count`` claims at it.
+
+        Each row: gid, group_id, seq, attempt, priority, serialized event, expires_at.
+        """
+        cur.execute(_Q["use_time_and_claims"], (now, count))
+        rows: List[Tuple[Any, ...]] = []
+        find, lease = _Q["find_claimable"], _Q["lease"]
+        for i in range(count):
+            row = cur.execute(find, (floor,)).fetchone()
+            if row is None:
+                break
+            gid, group_id, seq, attempt, priority, data, now, claims = row
+            expires_at = now + visibility
+            cur.execute(lease, (gid, worker_id, expires_at, claims - count + 1 + i, now))
+            rows.append((gid, group_id, seq, attempt, priority, data, expires_at))
+        return rows
+
+    def _signal_if_ready(self, cur: Any, group_id: str) -> List[Callable[[], None]]:
+        """Wake a waiting claim if ``group_id`` is claimable now (it just became so)."""
+        state = cur.execute(_Q["group_state"], (group_id,)).fetchone()
+        if state is None or not state[1]:
+            return []
+        return self._signal((state[2],))
+
+    def _topup_in(self, cur: Any) -> List[Callable[[], None]]:
+        """Something may have become claimable (expiry, another process): if no
+        waiting claim holds a token, wake the longest one the best ready group admits."""
+        if not self._queue.needs_topup():
+            return []
+        top = cur.execute(_Q["top_ready_priority"]).fetchone()[0]
+        if top is None:
+            return []
+        return self._signal((top,))
 
     # ------------------------------------------------------------ Part 2: control plane
 
@@ -816,19 +843,16 @@ class SQLiteTransport:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 row = cur.execute(_Q["find_group"], (group_id,)).fetchone()
-                ready = False
                 if row is not None:
                     gid, paused, lock, _messages = row
                     lifted = bool(paused) or lock == 2
                     if lifted:
-                        messages, priority, ready = cur.execute(_Q["resume"], (gid,)).fetchone()
-                        if messages == 0:
-                            cur.execute(_Q["forget_group"], (gid,))
+                        cur.execute(_Q["resume"], (gid,))  # the trigger forgets an empty group
+                        if self._queue.waiters:
+                            wakes = self._signal_if_ready(cur, group_id)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if ready and self._queue.waiters:
-                wakes = self._signal((priority,))
         if wakes:
             call_all(wakes)
         return lifted
@@ -864,15 +888,15 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                row = cur.execute(_Q["set_priority"], (group_id, priority)).fetchone()
+                found = cur.execute(_Q["set_priority"], (group_id, priority)).rowcount == 1
+                if found and self._queue.waiters:
+                    wakes = self._signal_if_ready(cur, group_id)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if row is not None and row[0] and self._queue.waiters:
-                wakes = self._signal((priority,))
         if wakes:
             call_all(wakes)
-        return row is not None
+        return found
 
     def group(self, group_id: str) -> Optional[GroupInfo]:
         """What group ``group_id`` is doing now (expiry applied), or None."""
@@ -891,13 +915,13 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                freed = self._use_time(cur, now)[1]
+                cur.execute(_Q["use_time"], (now,))
                 rows = cur.execute(query, params).fetchall()
+                if self._queue.waiters:
+                    wakes = self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if freed and self._queue.waiters:
-                wakes = self._signal(_freed_priorities(freed, None))
         if wakes:
             call_all(wakes)
         return rows
@@ -929,27 +953,21 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                last = cur.execute(_Q["next_seqs"], (len(rows),)).fetchone()[0]
-                first = last - len(rows) + 1
-                claimable = []
-                add_to_group = _Q["add_to_group"]
-                messages_rows = []
-                seq = first
-                for group_id, priority, data in rows:
-                    gid, messages, ready, group_priority = cur.execute(add_to_group, (group_id, priority, seq)).fetchone()
-                    messages_rows.append((seq, gid, data))
-                    if ready and messages == 1:
-                        claimable.append(group_priority)
-                    seq += 1
-                cur.executemany(_Q["add_message"], messages_rows)
+                cur.executemany(_Q["publish"], rows)
+                last = cur.execute(_Q["last_seq"]).fetchone()[0]
+                if self._queue.waiters:
+                    claimable = []
+                    for group_id in dict.fromkeys(row[0] for row in rows):
+                        messages, ready, priority = cur.execute(_Q["group_state"], (group_id,)).fetchone()
+                        if ready and messages == sum(1 for row in rows if row[0] == group_id):
+                            claimable.append(priority)  # the group was idle before the batch
+                    wakes = self._signal(claimable)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if claimable and self._queue.waiters:
-                wakes = self._signal(claimable)
         if wakes:
             call_all(wakes)
-        return list(range(first, last + 1))
+        return list(range(last - len(rows) + 1, last + 1))
 
     def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Any]:
         """Up to ``max_count`` leases (distinct groups) in one transaction at one
@@ -960,33 +978,19 @@ class SQLiteTransport:
         min_priority = check_priority(min_priority, "min_priority")
         now = self._now()
         wakes: Any = ()
-        rows: List[Any] = []
         with self._lock:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                now, next_expiry, last_key = cur.execute(_Q["use_time_and_claims"], (now, max_count)).fetchone()
-                freed = None
-                if next_expiry is not None and next_expiry < now:
-                    freed = cur.execute(_Q["expire"], (now,)).fetchall()
-                expires_at = now + visibility
-                claim = _Q["claim"]
-                key = last_key - max_count
-                for _ in range(max_count):
-                    key += 1
-                    row = cur.execute(claim, (worker_id, expires_at, key, now, min_priority)).fetchone()
-                    if row is None:
-                        break
-                    rows.append(row)
+                rows = self._claim_rows(cur, worker_id, visibility, min_priority, now, max_count)
+                if self._queue.waiters:
+                    wakes = self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if freed and self._queue.waiters:
-                taken = {row[0] for row in rows}
-                wakes = self._signal([p for gid, p, ready in freed if ready and gid not in taken])
         if wakes:
             call_all(wakes)
-        return [self._lease(row, worker_id, expires_at) for row in rows]
+        return [self._lease(row, worker_id) for row in rows]
 
     def ack_many(self, leases: Iterable[Any]) -> List[Any]:
         """Ack each current lease, in order, in one transaction; returns the
@@ -1001,24 +1005,19 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                ack, delete, forget = _Q["ack"], _Q["delete_message"], _Q["forget_group"]
+                ack = _Q["ack"]
+                waiting = bool(self._queue.waiters)
                 for lease in leases:
                     key = _lease_key(lease)
-                    row = None if key is None else cur.execute(ack, key).fetchone()
-                    if row is None:
+                    if key is None or cur.execute(ack, key).rowcount != 1:
                         lost.append(lease)
-                        continue
-                    gid, messages, paused, priority, ready = row
-                    cur.execute(delete, (key[2],))  # type: ignore[index]
-                    if messages == 0 and not paused:
-                        cur.execute(forget, (gid,))
-                    if ready:
-                        claimable.append(priority)
+                    elif waiting:
+                        claimable.append(key[0])
+                if claimable:
+                    wakes = [w for group_id in claimable for w in self._signal_if_ready(cur, group_id)]
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if claimable and self._queue.waiters:
-                wakes = self._signal(claimable)
         if wakes:
             call_all(wakes)
         return lost
@@ -1039,34 +1038,26 @@ class SQLiteTransport:
                 raise self._unusable()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                now, next_expiry, key = cur.execute(_Q["use_time_and_claims"], (now, 1)).fetchone()
-                freed = None
-                if next_expiry is not None and next_expiry < now:
-                    freed = cur.execute(_Q["expire"], (now,)).fetchall()
-                expires_at = now + visibility
-                row = cur.execute(_Q["claim"], (worker_id, expires_at, key, now, floor)).fetchone()
+                rows = self._claim_rows(cur, worker_id, visibility, floor, now, 1)
+                row = rows[0] if rows else None
                 queue = self._queue
-                if not queue.attempted(waiter, None if row is None else (row, expires_at)):
+                if not queue.attempted(waiter, row):
                     # The caller was cancelled while this ran: undo the claim.
-                    back = cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id)).fetchone()
-                    freed = (freed or []) + [(row[0], back[0], back[1])]
+                    assert row is not None
+                    cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id))
+                    wakes += self._signal_if_ready(cur, row[1])
                     row = None
-                if freed:
-                    wakes += queue.signal(_freed_priorities(freed, row))
-                if queue.needs_topup():
-                    top = cur.execute(_Q["top_ready_priority"]).fetchone()[0]
-                    if top is not None:
-                        wakes += queue.signal((top,))
+                wakes += self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
         if wakes:
             call_all(wakes)
-        return None if row is None else (row, expires_at)
+        return row
 
     def _unclaim(self, raw: Any, worker_id: str) -> None:
         """Undo a claim made for a caller that is gone (its row is ``raw``)."""
-        row, _expires_at = raw
+        row = raw
         wakes: Any = ()
         with self._lock:
             cur = self._cur
@@ -1074,12 +1065,11 @@ class SQLiteTransport:
                 return  # closed: the lease expires by itself
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                back = cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id)).fetchone()
+                if cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id)).rowcount == 1:
+                    wakes = self._signal_if_ready(cur, row[1])
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if back is not None and back[1] and self._queue.waiters:
-                wakes = self._signal((back[0],))
         if wakes:
             call_all(wakes)
 
@@ -1099,8 +1089,7 @@ class SQLiteTransport:
                     return None
                 if row is not None:
                     waiter.result = None
-                    row, expires_at = row
-                    return self._lease(row, worker_id, expires_at)
+                    return self._lease(row, worker_id)
                 self._watcher.ensure()
                 if deadline is None:
                     event.wait()
@@ -1162,8 +1151,7 @@ class SQLiteTransport:
                     return None
                 if row is not None:
                     waiter.result = None
-                    row, expires_at = row
-                    return self._lease(row, worker_id, expires_at)
+                    return self._lease(row, worker_id)
                 if timeout == 0.0:
                     return None
                 self._watcher.ensure()
@@ -1216,8 +1204,8 @@ class SQLiteTransport:
         return changed, next_expiry
 
     def _expire_due(self, next_expiry: float) -> None:
-        """Apply expiry if the earliest lock end is due by the clock (waking
-        claims for the freed groups)."""
+        """Apply expiry if the earliest lock end is due by the clock, and wake
+        a waiting claim if that made work claimable."""
         now = self._now()
         if not now > next_expiry:
             return
@@ -1226,28 +1214,24 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                freed = self._use_time(cur, now)[1]
+                cur.execute(_Q["use_time"], (now,))
+                wakes = self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-            if freed and self._queue.waiters:
-                wakes = self._signal(_freed_priorities(freed, None))
         if wakes:
             call_all(wakes)
 
     def _topup(self) -> None:
-        """Another process committed: if work is claimable and nobody holds a
-        token, wake the longest waiter it admits."""
+        """Another process committed: if work is claimable and no waiting claim
+        holds a token, wake the longest waiter it admits."""
         wakes: Any = ()
         with self._lock:
             cur = self._cursor()
-            if self._queue.needs_topup():
-                try:
-                    top = cur.execute(_Q["top_ready_priority"]).fetchone()[0]
-                except BaseException as exc:
-                    self._abort(exc)
-                if top is not None:
-                    wakes = self._signal((top,))
+            try:
+                wakes = self._topup_in(cur)
+            except BaseException as exc:
+                self._abort(exc)
         if wakes:
             call_all(wakes)
 
@@ -1255,12 +1239,6 @@ class SQLiteTransport:
 def _resolve(future: "asyncio.Future[None]") -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _freed_priorities(freed: List[Any], taken: Any) -> List[int]:
-    """Priorities of the groups an expiry made claimable, less the one a claim took."""
-    taken_gid = None if taken is None else taken[0]
-    return [priority for gid, priority, ready in freed if ready and gid != taken_gid]
 
 
 def _lease_class() -> Any:

@@ -63,14 +63,58 @@ CREATE INDEX lq_groups_ready_by_priority ON lq_groups (priority, rr_key) WHERE r
 -- Locked groups by the end of their lock: expiry is a range search.
 CREATE INDEX lq_groups_expiry ON lq_groups (expires_at) WHERE expires_at IS NOT NULL;
 
--- Messages; seq is the row id, taken from lq_state.last_seq (never reused).
+-- Messages, clustered by group in publish order (one B-tree: the head of a
+-- group, its next message and a purge are range searches).  seq is unique,
+-- increasing and never reused: it is taken from lq_state.last_seq.
 CREATE TABLE lq_messages (
-    seq   INTEGER PRIMARY KEY,
     gid   INTEGER NOT NULL,
-    event BLOB                -- the serialized event (bytes, or text for JSON)
-);
--- A group's messages in publish order: its next head, and purge.
-CREATE INDEX lq_messages_by_group ON lq_messages (gid, seq);
+    seq   INTEGER NOT NULL,
+    event BLOB,               -- the serialized event (bytes, or text for JSON)
+    PRIMARY KEY (gid, seq)
+) WITHOUT ROWID;
+
+-- publish() is one INSERT into this view: the trigger takes the next seq,
+-- creates the group or counts the message in, and stores the message.
+CREATE VIEW lq_publish (group_id, priority, event) AS SELECT NULL, NULL, NULL;
+
+CREATE TRIGGER lq_publish_message INSTEAD OF INSERT ON lq_publish
+BEGIN
+    UPDATE lq_state SET last_seq = last_seq + 1;
+    INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
+    VALUES (new.group_id, new.priority, (SELECT last_seq FROM lq_state) - 4611686018427387904, 1,
+            (SELECT last_seq FROM lq_state), 0, 0, 0, 0)
+    ON CONFLICT (group_id) DO UPDATE SET
+        messages = messages + 1,
+        head_seq = coalesce(head_seq, excluded.head_seq),
+        -- a group created by pause() gets its round-robin key from its first message
+        rr_key = CASE WHEN messages = 0 AND last_claimed_at IS NULL THEN excluded.rr_key ELSE rr_key END;
+    INSERT INTO lq_messages (gid, seq, event)
+    VALUES ((SELECT gid FROM lq_groups WHERE group_id = new.group_id), (SELECT last_seq FROM lq_state), new.event);
+END;
+
+-- Expiry: whenever an operation moves the transport's time forward, every
+-- lease or park that ended before it (strictly) is freed; an open delivery
+-- stays current.  So no lock ever has expires_at < lq_state.now.
+CREATE TRIGGER lq_time_advanced AFTER UPDATE OF now ON lq_state WHEN new.now > old.now
+BEGIN
+    UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = CASE WHEN open THEN holder END
+    WHERE expires_at < new.now;
+END;
+
+-- An ack moves a group's head on: the old head message goes.
+CREATE TRIGGER lq_head_done AFTER UPDATE OF head_seq ON lq_groups
+WHEN old.head_seq IS NOT NULL AND (new.head_seq IS NULL OR new.head_seq > old.head_seq)
+BEGIN
+    DELETE FROM lq_messages WHERE gid = old.gid AND seq = old.head_seq;
+END;
+
+-- A group left with no message and no pause is forgotten (priority and
+-- round-robin position go with it).
+CREATE TRIGGER lq_group_emptied AFTER UPDATE OF messages, paused ON lq_groups
+WHEN new.messages = 0 AND new.paused = 0
+BEGIN
+    DELETE FROM lq_groups WHERE gid = new.gid;
+END;
 
 -- The counters of lq_state follow the rows, whatever statement changed them.
 CREATE TRIGGER lq_messages_added AFTER INSERT ON lq_messages
