@@ -361,6 +361,8 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
 
 
 _CLOSED = object()  # a waiting claim's attempt found the transport closed
+#: A claim waiting on the main thread wakes this often to let interrupts in.
+_MAIN_THREAD_SLICE = 0.05
 
 
 # ---------------------------------------------------------------- transport
@@ -1091,12 +1093,17 @@ class SQLiteTransport:
                     waiter.result = None
                     return self._lease(row, worker_id)
                 self._watcher.ensure()
-                if deadline is None:
-                    event.wait()
-                else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0.0 or not event.wait(remaining):
+                # On the main thread, sleep in slices so that a KeyboardInterrupt
+                # from _thread.interrupt_main() (which sends no real signal) is seen.
+                slice_ = _MAIN_THREAD_SLICE if threading.current_thread() is threading.main_thread() else None
+                while True:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0.0:
                         return None
+                    if slice_ is not None and (remaining is None or remaining > slice_):
+                        remaining = slice_
+                    if event.wait(remaining) or self._closed:
+                        break
                 if self._closed:
                     return None
         except BaseException:
