@@ -187,7 +187,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Any) -> None:
     # One live lease per group at a time, FIFO, consecutive attempts.
     for group, deliveries in claims.items():
         deliveries.sort()
-        for (start1, end1, seq1, att1), (start2, end2, seq2, att2) in zip(deliveries, deliveries[1:]):
+        for (start1, end1, seq1, att1), (start2, _end2, seq2, att2) in zip(deliveries, deliveries[1:]):
             assert seq2 >= seq1, f"{group}: FIFO broken: {seq1} delivered after {seq2}"
             if seq2 == seq1:
                 # Redelivery: only after the previous lease expired (strictly) or was given back.

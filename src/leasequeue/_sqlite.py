@@ -1149,7 +1149,9 @@ class SQLiteTransport:
         try:
             while True:
                 try:
-                    row = await loop.run_in_executor(executor, self._attempt, worker_id, visibility, min_priority, waiter)
+                    row = await loop.run_in_executor(
+                        executor, self._attempt, worker_id, visibility, min_priority, waiter
+                    )
                 except RuntimeError:
                     if self._closed:
                         return None
