@@ -361,6 +361,9 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
 
 
 _CLOSED = object()  # a waiting claim's attempt found the transport closed
+#: How often (seconds) the watcher re-reads the earliest lock end when no other
+#: connection committed (this process's own locks change it too).
+EXPIRY_RECHECK = 0.025
 #: A claim waiting on the main thread wakes this often to let interrupts in.
 _MAIN_THREAD_SLICE = 0.05
 
@@ -435,6 +438,8 @@ class SQLiteTransport:
         self._watcher = Watcher(self, self._queue)
         self._executor: Optional[ThreadPoolExecutor] = None
         self._data_version: Optional[int] = None
+        self._next_expiry: Optional[float] = None
+        self._expiry_checked = -_INF
         conn = _open(path, durable, busy_timeout)
         self._conn = conn
         self._cur = conn.cursor()
@@ -1200,17 +1205,20 @@ class SQLiteTransport:
 
     def _poll(self) -> Tuple[bool, Optional[float]]:
         """Has another connection committed since the last poll?  And the
-        earliest lock end."""
+        earliest lock end (re-read on a change, else every EXPIRY_RECHECK s)."""
         with self._lock:
             cur = self._cursor()
             try:
                 version = cur.execute("PRAGMA data_version").fetchone()[0]
-                next_expiry = cur.execute(_Q["next_expiry"]).fetchone()[0]
+                changed = version != self._data_version
+                checked = time.monotonic()
+                if changed or checked - self._expiry_checked > EXPIRY_RECHECK:
+                    self._next_expiry = cur.execute(_Q["next_expiry"]).fetchone()[0]
+                    self._expiry_checked = checked
             except BaseException as exc:
                 self._abort(exc)
-        changed = version != self._data_version
         self._data_version = version
-        return changed, next_expiry
+        return changed, self._next_expiry
 
     def _expire_due(self, next_expiry: float) -> None:
         """Apply expiry if the earliest lock end is due by the clock, and wake
