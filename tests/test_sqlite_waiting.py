@@ -339,3 +339,14 @@ def test_a_waiter_in_another_process_wakes_on_publish(tmp_path: Any) -> None:
         woke, event = json.loads(line)
         assert event == "across"
         assert woke - sent < 1.0  # the documented bound is a few ms; this is a liveness bound
+
+
+def test_batches_wake_one_waiter_per_claimable_group(t: SQLiteTransport) -> None:
+    waiters = start_waiting(t, 4)
+    t.publish_many([("a", 1), ("a", 2), ("b", 3), ("c", 4)])  # three groups become claimable
+    until(lambda: sum(w.result != "pending" for w in waiters) == 3, "three claims returned")
+    assert t._queue.wakeups == 3
+    first = [w.join() for w in waiters[:3]]
+    assert sorted(lease.group_id for lease in first) == ["a", "b", "c"]
+    assert t.ack_many(first) == []  # exposes a's second message: the fourth waiter gets it
+    assert waiters[3].join().seq == 2

@@ -36,6 +36,7 @@ Waiting claims are in ``_sqlite_waiting.py``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import math
 import os
@@ -964,9 +965,10 @@ class SQLiteTransport:
                 last = cur.execute(_Q["last_seq"]).fetchone()[0]
                 if self._queue.waiters:
                     claimable = []
-                    for group_id in dict.fromkeys(row[0] for row in rows):
+                    published = collections.Counter(row[0] for row in rows)
+                    for group_id, count in published.items():
                         messages, ready, priority = cur.execute(_Q["group_state"], (group_id,)).fetchone()
-                        if ready and messages == sum(1 for row in rows if row[0] == group_id):
+                        if ready and messages == count:
                             claimable.append(priority)  # the group was idle before the batch
                     wakes = self._signal(claimable)
                 cur.execute("COMMIT")
