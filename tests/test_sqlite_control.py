@@ -263,3 +263,61 @@ def test_infinite_durations(t: SQLiteTransport, clock: FakeClock) -> None:
     t.nack(lease, math.inf)
     assert t.group("a").expires_at == math.inf
     assert t.resume("a") is True
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batches_equal_single_calls_at_random(tmp_path: Any, seed: int) -> None:
+    """Random publishes, floors, acks, nacks, parks and clock steps: a twin
+    doing everything one call at a time ends up with the same leases and state."""
+    import random
+
+    rng = random.Random(seed)
+    one, many, c1, c2 = pair(tmp_path)
+    held_one: list[Any] = []
+    held_many: list[Any] = []
+    with one, many:
+        for step in range(120):
+            items = [(f"g{rng.randrange(25)}", rng.randrange(1000), rng.randrange(-1, 4))
+                     for _ in range(rng.randrange(0, 12))]
+            assert [one.publish(*item) for item in items] == many.publish_many(items)
+            floor = rng.choice([-(2**63), -1, 0, 1, 2, 3, 4])
+            k = rng.randrange(0, 9)
+            singles = []
+            for _ in range(k):
+                lease = one.claim("w", 7, floor)
+                if lease is None:
+                    break
+                singles.append(lease)
+            batch = many.claim_many("w", 7, k, floor)
+            assert [(x.seq, x.group_id, x.event, x.expires_at, x.attempt) for x in batch] == [
+                (x.seq, x.group_id, x.event, x.expires_at, x.attempt) for x in singles
+            ], step
+            held_one += singles
+            held_many += batch
+            for _ in range(rng.randrange(0, len(held_one) + 1)):
+                i = rng.randrange(len(held_one))
+                a, b = held_one.pop(i), held_many.pop(i)
+                how = rng.choice(["ack", "ack", "nack", "park"])
+                if how == "ack":
+                    try:
+                        one.ack(a)
+                        lost = False
+                    except LeaseLost:
+                        lost = True
+                    assert many.ack_many([b]) == ([b] if lost else [])
+                else:
+                    delay = 0 if how == "nack" else 3
+                    outcomes = []
+                    for t, lease in ((one, a), (many, b)):
+                        try:
+                            t.nack(lease, delay)
+                            outcomes.append("ok")
+                        except LeaseLost:
+                            outcomes.append("lost")
+                    assert outcomes[0] == outcomes[1]
+            dt = rng.choice([0, 0, 1, 4, 8])
+            c1.advance(dt)
+            c2.advance(dt)
+            assert one.stats() == many.stats()
+        assert one.groups() == many.groups()
+        assert drain(one) == drain(many)

@@ -266,7 +266,8 @@ def test_async_claims_and_cancellation(t: SQLiteTransport) -> None:
             if rng.random() < 0.5:
                 await asyncio.sleep(rng.random() * 0.002)
                 task.cancel()
-        while len(got) < n_messages:
+        deadline = time.monotonic() + 60
+        while len(got) < n_messages and time.monotonic() < deadline:
             live = [task for task in tasks if not task.done()]
             if not live:
                 more = [asyncio.ensure_future(worker(1000 + len(tasks) + j)) for j in range(20)]

@@ -278,6 +278,8 @@ def _open(path: str, durable: bool, busy_timeout: float) -> sqlite3.Connection:
         if str(mode).lower() != "wal":
             raise LeaseQueueError(f"{path!r}: SQLite could not switch to WAL mode (journal_mode is {mode!r})")
         conn.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.execute(_Q["create_batch_table"])
     except BaseException as exc:
         conn.close()
         if isinstance(exc, sqlite3.Error):
@@ -785,17 +787,26 @@ class SQLiteTransport:
         Each row: gid, group_id, seq, attempt, priority, serialized event, expires_at.
         """
         cur.execute(_Q["use_time_and_claims"], (now, count))
-        rows: List[Tuple[Any, ...]] = []
-        find, lease = _Q["find_claimable"], _Q["lease"]
-        for i in range(count):
-            row = cur.execute(find, (floor,)).fetchone()
+        if count == 1:
+            row = cur.execute(_Q["find_claimable"], (floor,)).fetchone()
             if row is None:
-                break
+                return []
             gid, group_id, seq, attempt, priority, data, now, claims = row
             expires_at = now + visibility
-            cur.execute(lease, (gid, worker_id, expires_at, claims - count + 1 + i, now))
-            rows.append((gid, group_id, seq, attempt, priority, data, expires_at))
-        return rows
+            cur.execute(_Q["lease"], (gid, worker_id, expires_at, claims, now))
+            return [(gid, group_id, seq, attempt, priority, data, expires_at)]
+        if count == 0:
+            return []
+        # count successive claims at one now take the first count eligible groups
+        # in round-robin order: one query, then the leases in claim order.
+        now, claims = cur.execute(_Q["now"]).fetchone()
+        expires_at = now + visibility
+        found = cur.execute(_Q["find_claimable_many"], (floor, count)).fetchall()
+        first_key = claims - count + 1
+        cur.executemany(
+            _Q["lease"], [(row[0], worker_id, expires_at, first_key + i, now) for i, row in enumerate(found)]
+        )
+        return [row + (expires_at,) for row in found]
 
     def _signal_if_ready(self, cur: Any, group_id: str) -> List[Callable[[], None]]:
         """Wake a waiting claim if ``group_id`` is claimable now (it just became so)."""
@@ -961,8 +972,15 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                cur.executemany(_Q["publish"], rows)
+                # Set-based: stage the items, then one statement for the groups
+                # and one for the messages (the same state as one by one).
+                cur.executemany(_Q["batch_add"], rows)
+                cur.execute(_Q["batch_take_seqs"])
                 last = cur.execute(_Q["last_seq"]).fetchone()[0]
+                base = last - len(rows)
+                cur.execute(_Q["batch_groups"], (base,))
+                cur.execute(_Q["batch_messages"], (base,))
+                cur.execute(_Q["batch_clear"])
                 if self._queue.waiters:
                     claimable = []
                     published = collections.Counter(row[0] for row in rows)

@@ -18,6 +18,43 @@
 -- Publish one message (?1 group, ?2 priority if the group is new, ?3 serialized event).
 INSERT INTO lq_publish (group_id, priority, event) VALUES (?1, ?2, ?3);
 
+-- name: create_batch_table --
+-- Per connection: where publish_many stages its items (numbered in item order).
+CREATE TEMP TABLE IF NOT EXISTS lq_batch (
+    n        INTEGER PRIMARY KEY,
+    group_id TEXT    NOT NULL,
+    priority INTEGER NOT NULL,
+    event    BLOB
+);
+
+-- name: batch_add --
+-- Stage one item of publish_many.
+INSERT INTO temp.lq_batch (group_id, priority, event) VALUES (?1, ?2, ?3);
+
+-- name: batch_take_seqs --
+-- Take one seq per staged item.
+UPDATE lq_state SET last_seq = last_seq + (SELECT count(*) FROM temp.lq_batch);
+
+-- name: batch_groups --
+-- Create the batch's new groups (priority and round-robin key of their first item;
+-- ?1 = the seq before the batch) and count the messages into existing ones.
+INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
+SELECT group_id, priority, ?1 + min(n) - 4611686018427387904, count(*), ?1 + min(n), 0, 0, 0, 0
+FROM temp.lq_batch GROUP BY group_id ORDER BY min(n)
+ON CONFLICT (group_id) DO UPDATE SET
+    messages = messages + excluded.messages,
+    head_seq = coalesce(head_seq, excluded.head_seq),
+    rr_key = CASE WHEN messages = 0 AND last_claimed_at IS NULL THEN excluded.rr_key ELSE rr_key END;
+
+-- name: batch_messages --
+-- Store the staged messages with their seqs (?1 = the seq before the batch).
+INSERT INTO lq_messages (gid, seq, event)
+SELECT g.gid, ?1 + b.n, b.event FROM temp.lq_batch AS b JOIN lq_groups AS g USING (group_id);
+
+-- name: batch_clear --
+-- Empty the staging table.
+DELETE FROM temp.lq_batch;
+
 -- name: last_seq --
 -- The last seq taken (the one a publish just took, inside its transaction).
 SELECT last_seq FROM lq_state;
@@ -62,6 +99,35 @@ WHERE g.gid = (
                 SELECT gid FROM lq_groups WHERE ready AND priority = level.p ORDER BY rr_key LIMIT 1)
             ORDER BY first.rr_key LIMIT 1)
     END);
+
+-- name: find_claimable_many --
+-- The heads that ?2 successive claims with floor ?1 would take (claiming a group
+-- does not change which other groups are eligible): the first ?2 ready groups in
+-- round-robin order among priorities >= ?1, in that order.  With the common floor
+-- the first ?2 entries of lq_groups_ready; otherwise the first ?2 of each distinct
+-- ready priority >= ?1, merged.
+WITH RECURSIVE level (p) AS (
+    SELECT (SELECT min(priority) FROM lq_groups WHERE ready AND priority >= ?1)
+    WHERE ?1 > (SELECT min(priority) FROM lq_groups WHERE ready)
+    UNION ALL
+    SELECT (SELECT min(priority) FROM lq_groups WHERE ready AND priority > level.p)
+    FROM level WHERE level.p IS NOT NULL
+),
+picked (gid) AS (
+    SELECT gid FROM (
+        SELECT gid FROM lq_groups
+        WHERE ready AND ?1 <= (SELECT min(priority) FROM lq_groups WHERE ready)
+        ORDER BY rr_key LIMIT ?2)
+    UNION ALL
+    SELECT first.gid FROM level
+    JOIN lq_groups AS first ON first.gid IN (
+        SELECT gid FROM lq_groups WHERE ready AND priority = level.p ORDER BY rr_key LIMIT ?2)
+)
+SELECT g.gid, g.group_id, g.head_seq, g.attempt + 1, g.priority, m.event
+FROM picked
+JOIN lq_groups AS g ON g.gid = picked.gid
+JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = g.head_seq
+ORDER BY g.rr_key LIMIT ?2;
 
 -- name: lease --
 -- Lease group ?1's head to worker ?2 until ?3 with round-robin key ?4 at time ?5,
