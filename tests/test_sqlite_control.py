@@ -321,3 +321,21 @@ def test_batches_equal_single_calls_at_random(tmp_path: Any, seed: int) -> None:
             assert one.stats() == many.stats()
         assert one.groups() == many.groups()
         assert drain(one) == drain(many)
+
+
+def test_extend_and_nack_apply_no_expiry(t: SQLiteTransport, clock: FakeClock) -> None:
+    """As in memory, only claim, stats and the inspections apply expiry: a park
+    whose end has passed is still a park that resume() lifts until one of them runs."""
+    t.publish("a", 1)
+    t.publish("b", 2)
+    t.nack(t.claim("w", 10), delay=5)  # a parked until 1005
+    other = t.claim("w", 100)
+    clock.advance(10)
+    t.extend(other, 100)  # reads the clock (1010), applies no expiry
+    t.nack(t.extend(other, 100), delay=1)  # nor does a park
+    assert t.resume("a") is True
+    t.publish("c", 3)
+    t.nack(t.claim("w", 10, min_priority=0), delay=5)
+    clock.advance(10)
+    assert t.stats().parked == 0  # stats applied expiry: both parks ended
+    assert t.resume("b") is False

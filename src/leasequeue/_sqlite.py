@@ -645,7 +645,7 @@ class SQLiteTransport:
                         done = cur.execute(_Q["nack_now"], key).rowcount == 1
                     else:
                         # The time is kept only if the lease is current (else rolled back).
-                        cur.execute(_Q["use_time"], (now,))
+                        cur.execute(_Q["use_time_only"], (now,))
                         done = cur.execute(_Q["park"], key + (delay,)).rowcount == 1
                     if done and self._queue.waiters:
                         wakes = self._signal_if_ready(cur, key[0]) if delay == 0.0 else self._topup_in(cur)
@@ -674,7 +674,7 @@ class SQLiteTransport:
             if key is not None:
                 try:
                     cur.execute("BEGIN IMMEDIATE")
-                    cur.execute(_Q["use_time"], (now,))
+                    cur.execute(_Q["use_time_only"], (now,))
                     now = cur.execute(_Q["now"]).fetchone()[0]
                     expires_at = now + visibility
                     done = cur.execute(_Q["extend"], key + (expires_at,)).rowcount == 1

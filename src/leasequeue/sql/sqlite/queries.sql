@@ -6,7 +6,7 @@
 -- more than a second statement.
 --
 -- Much of the work happens in the triggers of schema.sql: a publish is one
--- INSERT into the lq_publish view; moving the time forward applies expiry; an
+-- INSERT into the lq_publish view; use_time applies expiry; an
 -- ack that moves a group's head on deletes the old head; an emptied group is
 -- forgotten; the counters of lq_state follow the rows.
 --
@@ -64,12 +64,16 @@ SELECT last_seq FROM lq_state;
 SELECT messages, ready, priority FROM lq_groups WHERE group_id = ?1;
 
 -- name: use_time --
--- The operation's now: never before a time already used (the trigger applies expiry).
-UPDATE lq_state SET now = max(now, ?1);
+-- The operation's now: never before a time already used; the trigger applies expiry at it.
+UPDATE lq_state SET now = max(now, ?1), expired = max(now, ?1);
 
 -- name: use_time_and_claims --
 -- As use_time, and take ?2 claim numbers (round-robin keys).
-UPDATE lq_state SET now = max(now, ?1), claims = claims + ?2;
+UPDATE lq_state SET now = max(now, ?1), expired = max(now, ?1), claims = claims + ?2;
+
+-- name: use_time_only --
+-- The operation's now, without applying expiry (extend, nack with a delay).
+UPDATE lq_state SET now = max(now, ?1);
 
 -- name: now --
 -- The transport's time (after use_time).

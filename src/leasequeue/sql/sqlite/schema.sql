@@ -18,6 +18,7 @@ CREATE TABLE lq_state (
     last_seq  INTEGER NOT NULL,  -- the last seq issued; seqs are never reused
     claims    INTEGER NOT NULL,  -- claim counter: the round-robin key of claimed groups
     now       REAL    NOT NULL,  -- the latest time any operation used (-Inf at first)
+    expired   REAL    NOT NULL,  -- the time expiry was last applied at (by claim, stats, group(s))
     messages  INTEGER NOT NULL,  -- messages held        (kept by the triggers below)
     groups    INTEGER NOT NULL,  -- groups with messages (kept by the triggers below)
     leased    INTEGER NOT NULL,  -- groups whose head is leased
@@ -92,13 +93,15 @@ BEGIN
     VALUES ((SELECT gid FROM lq_groups WHERE group_id = new.group_id), (SELECT last_seq FROM lq_state), new.event);
 END;
 
--- Expiry: whenever an operation moves the transport's time forward, every
--- lease or park that ended before it (strictly) is freed; an open delivery
--- stays current.  So no lock ever has expires_at < lq_state.now.
-CREATE TRIGGER lq_time_advanced AFTER UPDATE OF now ON lq_state WHEN new.now > old.now
+-- Expiry: when an operation that applies expiry (claim, stats, group, groups,
+-- claim_many) moves lq_state.expired forward, every lease or park that ended
+-- before it (strictly) is freed; an open delivery stays current.  So no lock
+-- ever has expires_at < lq_state.expired.  (extend and nack with a delay move
+-- only lq_state.now, as the in-memory transports apply no expiry there.)
+CREATE TRIGGER lq_expiry AFTER UPDATE OF expired ON lq_state WHEN new.expired > old.expired
 BEGIN
     UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = CASE WHEN open THEN holder END
-    WHERE expires_at < new.now;
+    WHERE expires_at < new.expired;
 END;
 
 -- An ack moves a group's head on: the old head message goes.
@@ -155,5 +158,5 @@ BEGIN
         paused = paused + new.paused - old.paused;
 END;
 
-INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
-VALUES (1, 'leasequeue', 1, 0, 0, -9e999, 0, 0, 0, 0, 0);
+INSERT INTO lq_state (id, magic, version, last_seq, claims, now, expired, messages, groups, leased, parked, paused)
+VALUES (1, 'leasequeue', 1, 0, 0, -9e999, -9e999, 0, 0, 0, 0, 0);
