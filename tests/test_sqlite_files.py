@@ -253,6 +253,11 @@ def test_an_undecodable_event_stays_leased(tmp_path: Any) -> None:
         assert t.stats().leased == 1
         t.ack(lease)  # the caller may drop it
         assert len(t) == 0
+        t.publish_many([("a", 1), ("b", 2)])
+        with pytest.raises(EventDecodeError) as info:
+            t.claim_many("w", 10, 5)
+        assert [x.seq for x in info.value.leases] == [2, 3]  # the whole batch, claimed
+        assert t.ack_many(info.value.leases) == []
 
 
 # -- leases ----------------------------------------------------------------------------------

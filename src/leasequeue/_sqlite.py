@@ -125,12 +125,16 @@ class EventDecodeError(LeaseQueueError):
 
     The claim happened: ``lease`` is its lease, with the stored bytes (or
     text) as its ``event``, so the caller may ack or nack it.  Left alone, the
-    lease expires and the message is delivered again.
+    lease expires and the message is delivered again.  From ``claim_many``,
+    ``leases`` holds every lease of the batch.
     """
 
     def __init__(self, message: str, lease: Any) -> None:
         super().__init__(message)
         self.lease = lease
+        #: claim_many: every lease of the batch (the undecodable ones with
+        #: their stored bytes as the event), all of them claimed.
+        self.leases = [lease]
 
 
 # ---------------------------------------------------------------- opening
@@ -1017,7 +1021,18 @@ class SQLiteTransport:
                 self._abort(exc)
         if wakes:
             call_all(wakes)
-        return [self._lease(row, worker_id) for row in rows]
+        leases = []
+        failed: Optional[EventDecodeError] = None
+        for row in rows:
+            try:
+                leases.append(self._lease(row, worker_id))
+            except EventDecodeError as exc:
+                leases.append(exc.lease)
+                failed = failed or exc
+        if failed is not None:
+            failed.leases = leases
+            raise failed
+        return leases
 
     def ack_many(self, leases: Iterable[Any]) -> List[Any]:
         """Ack each current lease, in order, in one transaction; returns the
