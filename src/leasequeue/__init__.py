@@ -29,6 +29,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseQueueError",
+    "PostgresTransport",
     "TransportStats",
     "__version__",
 ]
@@ -61,3 +62,18 @@ else:
         IMPLEMENTATION = "python"
     else:
         IMPLEMENTATION = "cython"
+
+
+def __getattr__(name: str) -> object:
+    # PostgresTransport is imported on first use, so that importing
+    # leasequeue does not need psycopg (the ``postgres`` extra).
+    if name == "PostgresTransport":
+        from ._postgres import PostgresTransport
+
+        globals()[name] = PostgresTransport
+        return PostgresTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresTransport

@@ -1,0 +1,603 @@
+-- leasequeue schema for PostgreSQL, version 1.
+--
+-- Idempotent: PostgresTransport.install(conninfo) runs this whole file in one
+-- transaction (under an advisory lock, so concurrent installs do not race).
+-- Every object lives in the schema "leasequeue"; several named queues share
+-- the tables, each row carrying its queue's id.
+--
+-- The model is the in-memory transport's (see _inmemory_py.py): only a
+-- group's head (oldest) message can be leased or parked, so the lock state,
+-- the attempt count and the round-robin key live on the group's row.  A
+-- group row exists while the group holds messages, or while it is paused.
+--
+-- Concurrency (READ COMMITTED, every function one transaction):
+--   * claim locks group rows with FOR UPDATE SKIP LOCKED and never waits;
+--   * every other write to one group first takes the transaction advisory
+--     lock (queue, hashtext(group_id)), then, if it needs it, the group row:
+--     publishers to one group are serialised (so seq order is commit order
+--     inside a group), and an ack that empties a group cannot race a publish
+--     into it.  Nothing waits for an advisory lock while holding a row lock,
+--     so these locks cannot deadlock.
+
+CREATE SCHEMA IF NOT EXISTS leasequeue;
+
+CREATE TABLE IF NOT EXISTS leasequeue.meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS leasequeue.queues (
+    id      serial PRIMARY KEY,
+    name    text NOT NULL UNIQUE,
+    seq_oid oid NOT NULL,                                 -- this queue's message sequence
+    latest  double precision NOT NULL DEFAULT '-Infinity' -- injected-clock mode: latest time used
+);
+
+-- Round-robin key of claimed groups: the claim order.  One sequence for all
+-- queues (gaps do not change the order).
+CREATE SEQUENCE IF NOT EXISTS leasequeue.claims;
+
+CREATE TABLE IF NOT EXISTS leasequeue.groups (
+    queue           int NOT NULL,
+    group_id        text NOT NULL,
+    priority        bigint NOT NULL,
+    rr_key          bigint,            -- first seq - 2^62 if never claimed, else claim number; NULL: paused, never held a message
+    has_messages    boolean NOT NULL DEFAULT true,
+    paused          boolean NOT NULL DEFAULT false,
+    lock_state      smallint NOT NULL DEFAULT 0,  -- 0 free, 1 leased, 2 parked
+    lock_worker     text,              -- the holder, '__parked__' for a park
+    expires_at      double precision,  -- end of the lease or park ('Infinity': never)
+    attempt         int NOT NULL DEFAULT 0,       -- deliveries of the head message so far
+    open            boolean NOT NULL DEFAULT false, -- the head's latest delivery is current
+    lease_seq       bigint,            -- the delivery's message (the head)
+    lease_worker    text,              -- the delivery's worker
+    last_claimed_at double precision,
+    PRIMARY KEY (queue, group_id)
+);
+
+-- Ready groups by round-robin key (the claim's main index), and by priority
+-- level for claims with a floor above some ready group's priority.
+CREATE INDEX IF NOT EXISTS groups_ready ON leasequeue.groups (queue, rr_key)
+    WHERE lock_state = 0 AND has_messages AND NOT paused;
+CREATE INDEX IF NOT EXISTS groups_ready_level ON leasequeue.groups (queue, priority, rr_key)
+    WHERE lock_state = 0 AND has_messages AND NOT paused;
+-- Locks by expiry: expired locks are found without a scan.
+CREATE INDEX IF NOT EXISTS groups_locked ON leasequeue.groups (queue, expires_at)
+    WHERE lock_state <> 0;
+
+CREATE TABLE IF NOT EXISTS leasequeue.messages (
+    queue    int NOT NULL,
+    group_id text NOT NULL,
+    seq      bigint NOT NULL,
+    payload  bytea NOT NULL,
+    PRIMARY KEY (queue, group_id, seq)
+);
+
+-- ------------------------------------------------------------------ queues
+
+CREATE OR REPLACE FUNCTION leasequeue.register_queue(p_name text, OUT queue_id int, OUT queue_seq oid)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+BEGIN
+    SELECT q.id, q.seq_oid INTO queue_id, queue_seq FROM leasequeue.queues q WHERE q.name = p_name;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('leasequeue.register_queue'));
+    SELECT q.id, q.seq_oid INTO queue_id, queue_seq FROM leasequeue.queues q WHERE q.name = p_name;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    queue_id := nextval(pg_get_serial_sequence('leasequeue.queues', 'id'));
+    v_name := 'leasequeue.seq_' || queue_id;
+    EXECUTE format('CREATE SEQUENCE %s', v_name);
+    queue_seq := v_name::regclass::oid;
+    INSERT INTO leasequeue.queues (id, name, seq_oid) VALUES (queue_id, p_name, queue_seq);
+END $$;
+
+-- ------------------------------------------------------------------ time
+
+-- The time an operation acts at.  Server-clock mode (p_now NULL): the
+-- server's clock_timestamp() in epoch seconds.  Injected-clock mode: the
+-- caller's reading, but never before the latest time this queue used.
+CREATE OR REPLACE FUNCTION leasequeue.time_now(p_queue int, p_now double precision)
+RETURNS double precision LANGUAGE plpgsql AS $$
+DECLARE
+    v_latest double precision;
+BEGIN
+    IF p_now IS NULL THEN
+        RETURN extract(epoch FROM clock_timestamp())::double precision;
+    END IF;
+    SELECT latest INTO v_latest FROM leasequeue.queues WHERE id = p_queue;
+    RETURN GREATEST(p_now, v_latest);
+END $$;
+
+-- Injected-clock mode: record that an operation that succeeded used p_used.
+CREATE OR REPLACE FUNCTION leasequeue.time_used(p_queue int, p_now double precision, p_used double precision)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_now IS NOT NULL THEN
+        UPDATE leasequeue.queues SET latest = p_used WHERE id = p_queue AND latest < p_used;
+    END IF;
+END $$;
+
+-- ------------------------------------------------------------------ expiry
+
+-- Free every lock with expires_at < p_now (locks another transaction holds
+-- are skipped: it is changing them).  The group keeps its round-robin key
+-- and its open delivery; a group that becomes claimable is announced.
+CREATE OR REPLACE FUNCTION leasequeue.expire(p_queue int, p_now double precision)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM leasequeue.groups e
+                   WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < p_now) THEN
+        RETURN;
+    END IF;
+    WITH freed AS (
+        UPDATE leasequeue.groups g
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL
+        FROM (SELECT e.group_id FROM leasequeue.groups e
+              WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < p_now
+              FOR UPDATE SKIP LOCKED) x
+        WHERE g.queue = p_queue AND g.group_id = x.group_id
+        RETURNING g.priority, g.lease_seq, g.has_messages, g.paused
+    )
+    SELECT count(pg_notify('leasequeue_' || p_queue, f.priority || ':' || coalesce(f.lease_seq, 0)))
+    INTO v_n FROM freed f WHERE f.has_messages AND NOT f.paused;
+END $$;
+
+-- ------------------------------------------------------------------ publish
+
+CREATE OR REPLACE FUNCTION leasequeue.publish(p_queue int, p_seq_oid oid, p_group text, p_payload bytea,
+                                              p_priority bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq bigint;
+    v_found boolean;
+    v_has boolean;
+    v_paused boolean;
+    v_rr bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    SELECT has_messages, paused, rr_key INTO v_has, v_paused, v_rr
+    FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    v_found := FOUND;
+    v_seq := nextval(p_seq_oid::regclass);
+    IF NOT v_found THEN
+        INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key)
+        VALUES (p_queue, p_group, p_priority, v_seq - 4611686018427387904);
+        PERFORM pg_notify('leasequeue_' || p_queue, p_priority || ':' || v_seq);
+    ELSIF NOT v_has THEN
+        -- A paused group that holds nothing: it takes this message; a group
+        -- that never held one takes its priority and never-claimed key now.
+        UPDATE leasequeue.groups
+        SET has_messages = true,
+            priority = CASE WHEN v_rr IS NULL THEN p_priority ELSE priority END,
+            rr_key = coalesce(rr_key, v_seq - 4611686018427387904)
+        WHERE queue = p_queue AND group_id = p_group;
+    END IF;
+    INSERT INTO leasequeue.messages (queue, group_id, seq, payload) VALUES (p_queue, p_group, v_seq, p_payload);
+    RETURN v_seq;
+END $$;
+
+-- Items in order; the groups' advisory locks are taken first, in a fixed
+-- order, so two batches cannot deadlock.
+CREATE OR REPLACE FUNCTION leasequeue.publish_many(p_queue int, p_seq_oid oid, p_groups text[],
+                                                   p_payloads bytea[], p_priorities bigint[])
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    i int;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, h)
+    FROM (SELECT DISTINCT hashtext(g) AS h FROM unnest(p_groups) g ORDER BY 1) x;
+    FOR i IN 1 .. coalesce(array_length(p_groups, 1), 0) LOOP
+        RETURN NEXT leasequeue.publish(p_queue, p_seq_oid, p_groups[i], p_payloads[i], p_priorities[i]);
+    END LOOP;
+END $$;
+
+-- ------------------------------------------------------------------ claim
+
+-- Up to p_count successive claims at one time (claim: p_count = 1).  Each
+-- serves the ready group with the smallest round-robin key among those with
+-- priority >= p_min_priority, skipping rows another transaction holds.
+CREATE OR REPLACE FUNCTION leasequeue.claim(p_queue int, p_worker text, p_visibility double precision,
+                                            p_min_priority bigint, p_now double precision, p_count int,
+                                            p_report boolean)
+RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt int,
+               prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now double precision;
+    v_n int := 0;
+    v_g leasequeue.groups%ROWTYPE;
+    v_c leasequeue.groups%ROWTYPE;
+    v_got boolean;
+    v_lowest bigint;
+    v_level bigint;
+    v_seq bigint;
+    v_payload bytea;
+BEGIN
+    v_now := leasequeue.time_now(p_queue, p_now);
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    PERFORM leasequeue.expire(p_queue, v_now);
+    WHILE v_n < p_count LOOP
+        SELECT g.priority INTO v_lowest FROM leasequeue.groups g
+        WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+        ORDER BY g.priority LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        v_got := false;
+        IF v_lowest >= p_min_priority THEN
+            -- The floor admits every ready group: one walk of the ready index.
+            SELECT * INTO v_g FROM leasequeue.groups g
+            WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+            ORDER BY g.rr_key LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            v_got := FOUND;
+        ELSE
+            -- Visit each priority level >= the floor (a loose index scan) and
+            -- keep the best head of each: O(L log G) for L levels.
+            SELECT g.priority INTO v_level FROM leasequeue.groups g
+            WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+              AND g.priority >= p_min_priority
+            ORDER BY g.priority LIMIT 1;
+            WHILE FOUND LOOP
+                SELECT * INTO v_c FROM leasequeue.groups g
+                WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                  AND g.priority = v_level
+                ORDER BY g.rr_key LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND AND (NOT v_got OR v_c.rr_key < v_g.rr_key) THEN
+                    v_g := v_c;
+                    v_got := true;
+                END IF;
+                SELECT g.priority INTO v_level FROM leasequeue.groups g
+                WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                  AND g.priority > v_level
+                ORDER BY g.priority LIMIT 1;
+            END LOOP;
+        END IF;
+        EXIT WHEN NOT v_got;
+        SELECT m.seq, m.payload INTO v_seq, v_payload FROM leasequeue.messages m
+        WHERE m.queue = p_queue AND m.group_id = v_g.group_id
+        ORDER BY m.seq LIMIT 1;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'leasequeue: group % of queue % has no message', v_g.group_id, p_queue;
+        END IF;
+        UPDATE leasequeue.groups g
+        SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
+            attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
+            rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now
+        WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
+        seq := v_seq;
+        group_id := v_g.group_id;
+        payload := v_payload;
+        expires_at := v_now + p_visibility;
+        attempt := v_g.attempt + 1;
+        prev_rr := v_g.rr_key;
+        prev_last := v_g.last_claimed_at;
+        prev_open := v_g.open;
+        prev_worker := v_g.lease_worker;
+        RETURN NEXT;
+        v_n := v_n + 1;
+    END LOOP;
+    IF p_report AND v_n < p_count THEN
+        -- For a waiting claim that got nothing: one more row (seq NULL) with
+        -- the earliest lock end (expires_at), the time used (prev_last), and
+        -- whether a claimable group was skipped because another transaction
+        -- held its row (prev_open).
+        seq := NULL;
+        group_id := NULL;
+        payload := NULL;
+        attempt := NULL;
+        prev_rr := NULL;
+        prev_worker := NULL;
+        prev_last := v_now;
+        SELECT g.expires_at INTO expires_at FROM leasequeue.groups g
+        WHERE g.queue = p_queue AND g.lock_state <> 0 ORDER BY g.expires_at LIMIT 1;
+        prev_open := leasequeue.claimable(p_queue, p_min_priority);
+        RETURN NEXT;
+    END IF;
+END $$;
+
+-- Is any group claimable under this floor right now?  (A waiting claim asks
+-- after an empty claim: a row another transaction held was skipped.)
+CREATE OR REPLACE FUNCTION leasequeue.claimable(p_queue int, p_min_priority bigint)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM leasequeue.groups g
+                   WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                     AND g.priority >= p_min_priority);
+$$;
+
+-- Undo a claim whose caller was cancelled before it got the lease: the
+-- group's state before the claim comes back (attempt, round-robin key,
+-- the previous delivery), and the message is announced again.
+CREATE OR REPLACE FUNCTION leasequeue.unclaim(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                              p_worker text, p_prev_rr bigint, p_prev_last double precision,
+                                              p_prev_open boolean, p_prev_worker text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+BEGIN
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
+       OR v_g.lease_worker IS DISTINCT FROM p_worker OR v_g.lock_state <> 1 THEN
+        RETURN false;
+    END IF;
+    UPDATE leasequeue.groups
+    SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = p_attempt - 1,
+        open = p_prev_open, lease_worker = CASE WHEN p_prev_open THEN p_prev_worker END,
+        lease_seq = CASE WHEN p_prev_open THEN p_seq END,
+        rr_key = p_prev_rr, last_claimed_at = p_prev_last
+    WHERE queue = p_queue AND group_id = p_group;
+    IF NOT v_g.paused THEN
+        PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || p_seq);
+    END IF;
+    RETURN true;
+END $$;
+
+-- ------------------------------------------------------------------ settle
+
+-- The group row of a current delivery, locked; NULL fields if not current.
+CREATE OR REPLACE FUNCTION leasequeue.current(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                              p_worker text)
+RETURNS leasequeue.groups LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+BEGIN
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
+       OR v_g.lease_worker IS DISTINCT FROM p_worker THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_g;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.ack(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                          p_worker text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_next bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    IF v_g.group_id IS NULL THEN
+        RETURN false;
+    END IF;
+    DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group AND seq = p_seq;
+    SELECT seq INTO v_next FROM leasequeue.messages
+    WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+    IF FOUND THEN
+        UPDATE leasequeue.groups
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
+            lease_seq = NULL, lease_worker = NULL
+        WHERE queue = p_queue AND group_id = p_group;
+        IF NOT v_g.paused THEN
+            PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || v_next);
+        END IF;
+    ELSIF v_g.paused THEN
+        UPDATE leasequeue.groups
+        SET has_messages = false, lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0,
+            open = false, lease_seq = NULL, lease_worker = NULL
+        WHERE queue = p_queue AND group_id = p_group;
+    ELSE
+        DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    END IF;
+    RETURN true;
+END $$;
+
+-- Returns the 1-based positions of the leases that were not current.  All
+-- the groups' advisory locks are taken first, in a fixed order.
+CREATE OR REPLACE FUNCTION leasequeue.ack_many(p_queue int, p_groups text[], p_seqs bigint[],
+                                               p_attempts int[], p_workers text[])
+RETURNS SETOF int LANGUAGE plpgsql AS $$
+DECLARE
+    i int;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, h)
+    FROM (SELECT DISTINCT hashtext(g) AS h FROM unnest(p_groups) g ORDER BY 1) x;
+    FOR i IN 1 .. coalesce(array_length(p_groups, 1), 0) LOOP
+        IF NOT leasequeue.ack(p_queue, p_groups[i], p_seqs[i], p_attempts[i], p_workers[i]) THEN
+            RETURN NEXT i;
+        END IF;
+    END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.nack(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                           p_worker text, p_delay double precision, p_now double precision)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_now double precision;
+BEGIN
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    IF v_g.group_id IS NULL THEN
+        RETURN false;
+    END IF;
+    IF p_delay = 0 THEN
+        UPDATE leasequeue.groups
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, open = false
+        WHERE queue = p_queue AND group_id = p_group;
+        IF NOT v_g.paused THEN
+            PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || p_seq);
+        END IF;
+    ELSE
+        v_now := leasequeue.time_now(p_queue, p_now);
+        UPDATE leasequeue.groups
+        SET lock_state = 2, lock_worker = '__parked__', expires_at = v_now + p_delay, open = false
+        WHERE queue = p_queue AND group_id = p_group;
+        PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+        -- Waiting claims elsewhere learn the new expiry.
+        PERFORM pg_notify('leasequeue_' || p_queue, 'expiry');
+    END IF;
+    RETURN true;
+END $$;
+
+-- The new expires_at, or NULL if the lease is not current.
+CREATE OR REPLACE FUNCTION leasequeue.extend(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                             p_worker text, p_visibility double precision,
+                                             p_now double precision)
+RETURNS double precision LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_now double precision;
+BEGIN
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    IF v_g.group_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_now := leasequeue.time_now(p_queue, p_now);
+    UPDATE leasequeue.groups
+    SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility
+    WHERE queue = p_queue AND group_id = p_group;
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    RETURN v_now + p_visibility;
+END $$;
+
+-- ------------------------------------------------------------------ reading
+
+CREATE OR REPLACE FUNCTION leasequeue.stats(p_queue int, p_now double precision,
+    OUT messages bigint, OUT groups bigint, OUT leased bigint, OUT parked bigint, OUT paused bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now double precision;
+BEGIN
+    v_now := leasequeue.time_now(p_queue, p_now);
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    PERFORM leasequeue.expire(p_queue, v_now);
+    SELECT count(*) INTO messages FROM leasequeue.messages m WHERE m.queue = p_queue;
+    SELECT count(*) FILTER (WHERE g.has_messages),
+           count(*) FILTER (WHERE g.lock_state = 1 AND g.expires_at >= v_now),
+           count(*) FILTER (WHERE g.lock_state = 2 AND g.expires_at >= v_now),
+           count(*) FILTER (WHERE g.paused)
+    INTO groups, leased, parked, paused
+    FROM leasequeue.groups g WHERE g.queue = p_queue;
+END $$;
+
+-- The earliest lock end of the queue, and the server's time now.
+CREATE OR REPLACE FUNCTION leasequeue.next_expiry(p_queue int, OUT expires_at double precision,
+                                                  OUT server_now double precision)
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT g.expires_at FROM leasequeue.groups g
+            WHERE g.queue = p_queue AND g.lock_state <> 0 ORDER BY g.expires_at LIMIT 1),
+           extract(epoch FROM clock_timestamp())::double precision;
+$$;
+
+-- ------------------------------------------------------------------ control plane
+
+CREATE OR REPLACE FUNCTION leasequeue.pause(p_queue int, p_group text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_paused boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    SELECT paused INTO v_paused FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key, has_messages, paused)
+        VALUES (p_queue, p_group, 0, NULL, false, true);
+        RETURN true;
+    END IF;
+    IF v_paused THEN
+        RETURN false;
+    END IF;
+    UPDATE leasequeue.groups SET paused = true WHERE queue = p_queue AND group_id = p_group;
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.resume(p_queue int, p_group text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_head bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT (v_g.paused OR v_g.lock_state = 2) THEN
+        RETURN false;
+    END IF;
+    IF NOT v_g.has_messages THEN
+        DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;  -- forgotten
+        RETURN true;
+    END IF;
+    UPDATE leasequeue.groups
+    SET paused = false,
+        lock_state = CASE WHEN lock_state = 2 THEN 0 ELSE lock_state END,
+        lock_worker = CASE WHEN lock_state = 2 THEN NULL ELSE lock_worker END,
+        expires_at = CASE WHEN lock_state = 2 THEN NULL ELSE expires_at END
+    WHERE queue = p_queue AND group_id = p_group;
+    IF v_g.lock_state <> 1 THEN
+        SELECT seq INTO v_head FROM leasequeue.messages
+        WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+        PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || v_head);
+    END IF;
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.purge(p_queue int, p_group text)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    PERFORM 1 FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    WITH gone AS (DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group RETURNING 1)
+    SELECT count(*) INTO v_n FROM gone;
+    DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    RETURN v_n;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.set_priority(p_queue int, p_group text, p_priority bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+BEGIN
+    UPDATE leasequeue.groups SET priority = p_priority
+    WHERE queue = p_queue AND group_id = p_group
+    RETURNING * INTO v_g;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_g.lock_state = 0 AND v_g.has_messages AND NOT v_g.paused THEN
+        PERFORM pg_notify('leasequeue_' || p_queue, p_priority || ':' || coalesce(v_g.rr_key, 0) || ':p');
+    END IF;
+    RETURN true;
+END $$;
+
+-- One group (p_group) or every group (p_group NULL), as of now.
+CREATE OR REPLACE FUNCTION leasequeue.group_info(p_queue int, p_group text, p_now double precision)
+RETURNS TABLE (group_id text, priority bigint, messages bigint, paused boolean, lock_state smallint,
+               head_seq bigint, lock_worker text, expires_at double precision, attempt int,
+               last_claimed_at double precision)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now double precision;
+BEGIN
+    v_now := leasequeue.time_now(p_queue, p_now);
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    PERFORM leasequeue.expire(p_queue, v_now);
+    RETURN QUERY
+    SELECT g.group_id, g.priority, coalesce(m.n, 0), g.paused,
+           CASE WHEN g.lock_state <> 0 AND g.expires_at < v_now THEN 0::smallint ELSE g.lock_state END,
+           m.head, g.lock_worker, g.expires_at, g.attempt, g.last_claimed_at
+    FROM leasequeue.groups g
+    LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.messages x
+                       WHERE x.queue = g.queue AND x.group_id = g.group_id) m ON true
+    WHERE g.queue = p_queue AND (p_group IS NULL OR g.group_id = p_group)
+    ORDER BY g.group_id;
+END $$;
+
+INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '1')
+ON CONFLICT (key) DO NOTHING;
