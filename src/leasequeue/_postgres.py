@@ -276,7 +276,12 @@ class PostgresTransport:
         return self._execute(what, sql, params)[0][0]
 
     def _poke(self, payload: str) -> None:
-        self._execute("notify", "SELECT pg_notify(%s, %s)", (self._channel, payload))
+        """NOTIFY this queue's channel (also while closing: no closed check)."""
+        conn = self._connect()
+        try:
+            conn.execute("SELECT pg_notify(%s, %s)", (self._channel, payload))
+        finally:
+            conn.close()
 
     # ------------------------------------------------------------ Part 1
 
@@ -307,7 +312,7 @@ class PostgresTransport:
             return self._claim_waiting(worker_id, visibility, min_priority, wait)
         now = self._now()
         rows = self._execute("claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, False))
-        leases = self._leases(rows, worker_id)
+        leases = self._leases(rows, worker_id, visibility)
         return leases[0] if leases else None
 
     def ack(self, lease: Any) -> None:
@@ -325,6 +330,8 @@ class PostgresTransport:
         key = delivery_key(lease)
         if key is None or not self._scalar("nack", _Q_NACK, (self._queue, *key, delay, now)):
             raise _lost(key, lease)
+        if delay > 0.0:
+            self._locked(delay)
 
     def extend(self, lease: Any, visibility: float) -> Any:
         """Heartbeat: the same delivery, leased until ``now + visibility``."""
@@ -336,6 +343,7 @@ class PostgresTransport:
         if expires_at is None:
             raise _lost(key, lease)
         assert key is not None
+        self._locked(visibility)
         return issue(key[1], key[0], lease.event, key[3], float(expires_at), key[2])
 
     def stats(self) -> TransportStats:
@@ -350,7 +358,13 @@ class PostgresTransport:
 
     # ------------------------------------------------------------ leases
 
-    def _leases(self, rows: List[Tuple[Any, ...]], worker_id: str) -> List[Any]:
+    def _locked(self, seconds: float) -> None:
+        """This process made a lock ending ``seconds`` from now: a waiting
+        claim's timekeeper must wake by then (crash recovery)."""
+        if seconds != _INF and len(self._room):
+            self._room.note_due(time.monotonic() + seconds + 0.002)
+
+    def _leases(self, rows: List[Tuple[Any, ...]], worker_id: str, visibility: float = _INF) -> List[Any]:
         """Leases from claim rows (the report row, seq NULL, is skipped).
 
         An event that does not deserialize: the claims are undone and
@@ -368,6 +382,8 @@ class PostgresTransport:
             if isinstance(exc, Exception):
                 raise LeaseQueueError(f"claim: an event could not be deserialized: {exc!r}") from exc
             raise
+        if leases:
+            self._locked(visibility)
         return leases
 
     def _undo(self, rows: List[Tuple[Any, ...]], worker_id: str) -> None:
@@ -398,37 +414,51 @@ class PostgresTransport:
         self._start_listener()
         room = self._room
         waiter = Waiter(min_priority)
+        event = waiter.event
+        assert event is not None
         room.enter(waiter)
         used = False
         try:
+            claim = True
             while True:
-                room.take_wake(waiter)
-                rows = self._claim_report(worker_id, visibility, min_priority)
-                leases = self._leases(rows, worker_id)
-                if leases:
-                    used = True
-                    return leases[0]
+                if claim:
+                    room.take_wake(waiter)
+                    rows = self._claim_report(worker_id, visibility, min_priority)
+                    leases = self._leases(rows, worker_id, visibility)
+                    if leases:
+                        used = True
+                        return leases[0]
+                    busy = self._learn(rows[-1])
                 if self._closed:
                     return None
-                sleep = deadline - time.monotonic()
-                if sleep <= 0.0:
-                    return None
-                report = rows[-1]
-                if report[7]:  # skipped a row someone else held: look again soon
+                sleep = room.sleep_for(waiter, deadline)
+                if busy:  # skipped a row another transaction held: look again soon
                     sleep = min(sleep, 0.002)
-                elif room.is_timekeeper(waiter) and report[3] is not None and report[3] != _INF:
-                    due = float(report[3]) - float(report[6])
-                    sleep = min(sleep, max(due, 0.0) + 0.002)
-                assert waiter.event is not None
-                waiter.event.wait(sleep)
+                if sleep > 0.0:
+                    event.wait(None if sleep == _INF else sleep)
                 if self._closed:
                     return None
-                if not waiter.woken and time.monotonic() >= deadline:
-                    return None
-        except BaseException:
-            raise
+                now = time.monotonic()
+                if waiter.woken or busy:
+                    claim = True
+                elif waiter.rearm:
+                    claim = False  # became timekeeper, or learnt of an earlier lock end
+                else:
+                    claim = now < deadline  # the timekeeper's lock end is due
+                    if not claim:
+                        return None
         finally:
             room.leave(waiter, used)
+
+    def _learn(self, report: Tuple[Any, ...]) -> bool:
+        """Take a waiting claim's report row: the earliest lock end (for the
+        timekeeper); True if a claimable row was skipped."""
+        next_end, used_now, busy = report[3], report[6], report[7]
+        if next_end is None or next_end == _INF:
+            self._room.set_due(_INF)
+        else:
+            self._room.set_due(time.monotonic() + max(float(next_end) - float(used_now), 0.0) + 0.002)
+        return bool(busy)
 
     def _claim_report(self, worker_id: str, visibility: float, min_priority: int) -> List[Tuple[Any, ...]]:
         now = self._now()
@@ -456,7 +486,7 @@ class PostgresTransport:
         loop = asyncio.get_running_loop()
         if wait == 0.0:
             rows = await self._aclaim_once(loop, worker_id, visibility, min_priority, False)
-            leases = self._leases(rows, worker_id)
+            leases = self._leases(rows, worker_id, visibility)
             return leases[0] if leases else None
         if self._closed:
             return None
@@ -468,35 +498,39 @@ class PostgresTransport:
         room.enter(waiter)
         used = False
         try:
+            claim = True
             while True:
                 waiter.arm()
-                room.take_wake(waiter)
-                rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
-                leases = self._leases(rows, worker_id)
-                if leases:
-                    used = True
-                    return leases[0]
+                if claim:
+                    room.take_wake(waiter)
+                    rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
+                    leases = self._leases(rows, worker_id, visibility)
+                    if leases:
+                        used = True
+                        return leases[0]
+                    busy = self._learn(rows[-1])
                 if self._closed:
                     return None
-                sleep = deadline - time.monotonic()
-                if sleep <= 0.0:
-                    return None
-                report = rows[-1]
-                if report[7]:
+                sleep = room.sleep_for(waiter, deadline)
+                if busy:
                     sleep = min(sleep, 0.002)
-                elif room.is_timekeeper(waiter) and report[3] is not None and report[3] != _INF:
-                    due = float(report[3]) - float(report[6])
-                    sleep = min(sleep, max(due, 0.0) + 0.002)
-                assert waiter.future is not None
-                if not waiter.woken:
+                future = waiter.future
+                assert future is not None
+                if sleep > 0.0 and not waiter.woken and not waiter.rearm:
                     try:
-                        await asyncio.wait_for(asyncio.shield(waiter.future), None if sleep == _INF else sleep)
+                        await asyncio.wait_for(asyncio.shield(future), None if sleep == _INF else sleep)
                     except asyncio.TimeoutError:
                         pass
                 if self._closed:
                     return None
-                if not waiter.woken and time.monotonic() >= deadline:
-                    return None
+                if waiter.woken or busy:
+                    claim = True
+                elif waiter.rearm:
+                    claim = False
+                else:
+                    claim = time.monotonic() < deadline
+                    if not claim:
+                        return None
         finally:
             room.leave(waiter, used)
 
@@ -653,7 +687,7 @@ class PostgresTransport:
         rows = self._execute(
             "claim_many", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, max_count, False)
         )
-        return self._leases(rows, worker_id)
+        return self._leases(rows, worker_id, visibility)
 
     def ack_many(self, leases: Iterable[Any]) -> List[Any]:
         """Ack each current lease, in order, in one transaction; return the others."""

@@ -26,6 +26,7 @@ or (timekeeper only) the next lock end.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from typing import Any, Callable, List, Optional
@@ -36,7 +37,7 @@ __all__ = ["Listener", "WaitRoom", "Waiter"]
 class Waiter:
     """One waiting claim: its floor, and how to wake it (thread or coroutine)."""
 
-    __slots__ = ("floor", "event", "loop", "future", "woken", "wake_priority", "gone")
+    __slots__ = ("floor", "event", "loop", "future", "woken", "wake_priority", "gone", "rearm", "claiming")
 
     def __init__(self, floor: int, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         self.floor = floor
@@ -46,6 +47,8 @@ class Waiter:
         self.woken = False  # a wake is pending (given, not yet used)
         self.wake_priority: Optional[int] = None
         self.gone = False
+        self.rearm = False  # woken only to recompute its sleep (it became timekeeper)
+        self.claiming = False  # between take_wake and its next sleep
 
     def arm(self) -> None:
         """Before sleeping: a fresh future (asyncio) / a cleared event (thread)."""
@@ -76,6 +79,38 @@ class WaitRoom:
         self._lock = threading.Lock()
         self._waiters: List[Waiter] = []
         self.closed = False
+        #: time.monotonic() of the earliest lock end this process knows of
+        self.due = math.inf
+
+    def set_due(self, due: float) -> None:
+        """What a claim's report said: the earliest lock end now."""
+        self.due = due
+
+    def note_due(self, due: float) -> None:
+        """A lock this process just made ends at ``due``; an earlier end than
+        the timekeeper sleeps towards re-arms it (without a claim)."""
+        if due < self.due:
+            self.due = due
+            with self._lock:
+                first = self._waiters[0] if self._waiters else None
+                if first is not None:
+                    first.rearm = True
+            if first is not None:
+                first._signal()
+
+    def sleep_for(self, waiter: Waiter, deadline: float) -> float:
+        """How long ``waiter`` may sleep: to its deadline, and the timekeeper
+        no later than the earliest known lock end."""
+        now = time.monotonic()
+        until = deadline
+        with self._lock:
+            waiter.rearm = False
+            waiter.claiming = False
+            if not waiter.woken and waiter.event is not None:
+                waiter.event.clear()
+            if self._waiters and self._waiters[0] is waiter and self.due < until:
+                until = self.due
+        return until - now
 
     def __len__(self) -> int:
         return len(self._waiters)
@@ -93,6 +128,7 @@ class WaitRoom:
         with self._lock:
             waiter.woken = False
             waiter.wake_priority = None
+            waiter.claiming = True
             if waiter.event is not None:
                 waiter.event.clear()
 
@@ -114,10 +150,9 @@ class WaitRoom:
                     self._give(nxt, waiter.wake_priority)
                     to_wake.append(nxt)
             if was_first and waiters and waiters[0] not in to_wake:
-                first = waiters[0]
-                if not first.woken:
-                    self._give(first, None)
-                    to_wake.append(first)
+                first = waiters[0]  # the new timekeeper: it re-arms, no claim
+                first.rearm = True
+                to_wake.append(first)
         for w in to_wake:
             w._signal()
 
@@ -149,10 +184,17 @@ class WaitRoom:
             waiter._signal()
 
     def _pick(self, priority: Optional[int]) -> Optional[Waiter]:
+        """The longest-waiting sleeper whose floor admits ``priority``; if
+        none sleeps, one that is claiming right now (its claim may have
+        missed the message, so it must look once more before sleeping)."""
+        busy = None
         for waiter in self._waiters:
             if not waiter.woken and (priority is None or waiter.floor <= priority):
-                return waiter
-        return None
+                if not waiter.claiming:
+                    return waiter
+                if busy is None:
+                    busy = waiter
+        return busy
 
     @staticmethod
     def _give(waiter: Waiter, priority: Optional[int]) -> None:
@@ -218,8 +260,10 @@ class Listener:
                     self._room.wake_all()
                     delay = 0.05
                 for note in conn.notifies(timeout=60.0):
+                    if self._stop.is_set():
+                        break
                     if note.payload == "stop":
-                        continue  # some transport's listener stops; ours checks the flag
+                        continue  # a listener of this queue (maybe elsewhere) stops
                     priority = parse_payload(note.payload)
                     if priority is None:
                         self._room.wake_first()
