@@ -48,7 +48,7 @@ class Waiter:
         self.wake_priority: Optional[int] = None
         self.gone = False
         self.rearm = False  # woken only to recompute its sleep (it became timekeeper)
-        self.claiming = False  # between take_wake and its next sleep
+        self.claiming = True  # from entry or take_wake until its next sleep
 
     def arm(self) -> None:
         """Before sleeping: a fresh future (asyncio) / a cleared event (thread)."""

@@ -43,14 +43,21 @@ class Claimer(threading.Thread):
         self.took = time.monotonic() - start
 
 
+def asleep(t: Any, n: int) -> bool:
+    """``n`` waiting claims of ``t`` sleep (made their first claim, not woken)."""
+    room = t._room
+    with room._lock:
+        return sum(1 for w in room._waiters if not w.claiming and not w.woken) >= n
+
+
 def start_waiters(t: Any, specs: List[tuple]) -> List[Claimer]:
-    """Start claimers one after the other, each registered before the next."""
+    """Start claimers one after the other, each asleep before the next."""
     out = []
     for worker, floor in specs:
         c = Claimer(t, worker, floor)
         c.start()
         n = len(out) + 1
-        wait_until(lambda: len(t._room) >= n)
+        wait_until(lambda: asleep(t, n))
         out.append(c)
     return out
 
