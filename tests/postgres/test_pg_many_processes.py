@@ -145,7 +145,7 @@ def test_many_processes_killed_and_a_server_crash(own_server: Any, queue_name: s
             by_group[group].append((claimed, expires, seq, attempt, idx))
     for group, leases in by_group.items():
         leases.sort()
-        for (c1, e1, s1, a1, i1), (c2, e2, s2, a2, i2) in zip(leases, leases[1:]):
+        for (_c1, e1, s1, a1, i1), (c2, _e2, s2, a2, i2) in zip(leases, leases[1:]):
             ack_started = acking.get((s1, a1), float("inf"))
             assert c2 > e1 or c2 >= ack_started - 0.001, (
                 f"group {group}: lease of {s2} (attempt {a2}) granted at {c2} while {s1} (attempt {a1}) "
