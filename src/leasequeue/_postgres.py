@@ -42,6 +42,12 @@ from ._validation import (
 __all__ = ["PostgresTransport"]
 
 _INF = math.inf
+
+# Set on each connection: the server-side functions' statements keep their
+# generic (prepared) plans, which are index scans whatever the values; with
+# custom plans PostgreSQL would re-plan them on each call, and planning
+# probes the indexes' ends, which costs more than running them.
+_SESSION = "SET plan_cache_mode = force_generic_plan"
 _STATES = {1: "leased", 2: "parked"}
 
 # Queries, by name, loaded once.
@@ -224,7 +230,9 @@ class PostgresTransport:
 
     def _connect(self) -> Any:
         try:
-            return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=0)
+            conn = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=0)
+            conn.execute(_SESSION)
+            return conn
         except psycopg.Error as exc:
             raise LeaseQueueError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from exc
 
@@ -573,6 +581,7 @@ class PostgresTransport:
         if conn is None or conn.closed:
             try:
                 conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, prepare_threshold=0)
+                await conn.execute(_SESSION)
             except psycopg.Error as exc:
                 raise LeaseQueueError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from exc
             self._aconns[loop] = conn

@@ -221,9 +221,16 @@ DECLARE
     v_seq bigint;
     v_payload bytea;
 BEGIN
-    v_now := leasequeue.time_now(p_queue, p_now);
-    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
-    PERFORM leasequeue.expire(p_queue, v_now);
+    IF p_now IS NULL THEN
+        v_now := extract(epoch FROM clock_timestamp())::double precision;
+    ELSE
+        v_now := leasequeue.time_now(p_queue, p_now);
+        PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    END IF;
+    IF EXISTS (SELECT 1 FROM leasequeue.groups e
+               WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < v_now) THEN
+        PERFORM leasequeue.expire(p_queue, v_now);
+    END IF;
     WHILE v_n < p_count LOOP
         SELECT g.priority INTO v_lowest FROM leasequeue.groups g
         WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
@@ -306,11 +313,12 @@ END $$;
 -- Is any group claimable under this floor right now?  (A waiting claim asks
 -- after an empty claim: a row another transaction held was skipped.)
 CREATE OR REPLACE FUNCTION leasequeue.claimable(p_queue int, p_min_priority bigint)
-RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM leasequeue.groups g
+RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM leasequeue.groups g
                    WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
                      AND g.priority >= p_min_priority);
-$$;
+END $$;
 
 -- Undo a claim whose caller was cancelled before it got the lease: the
 -- group's state before the claim comes back (attempt, round-robin key,
@@ -366,8 +374,10 @@ DECLARE
     v_next bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
-    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
-    IF v_g.group_id IS NULL THEN
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
+       OR v_g.lease_worker IS DISTINCT FROM p_worker THEN
         RETURN false;
     END IF;
     DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group AND seq = p_seq;
@@ -484,11 +494,13 @@ END $$;
 -- The earliest lock end of the queue, and the server's time now.
 CREATE OR REPLACE FUNCTION leasequeue.next_expiry(p_queue int, OUT expires_at double precision,
                                                   OUT server_now double precision)
-LANGUAGE sql STABLE AS $$
-    SELECT (SELECT g.expires_at FROM leasequeue.groups g
-            WHERE g.queue = p_queue AND g.lock_state <> 0 ORDER BY g.expires_at LIMIT 1),
-           extract(epoch FROM clock_timestamp())::double precision;
-$$;
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    SELECT g.expires_at INTO expires_at FROM leasequeue.groups g
+    WHERE g.queue = p_queue AND g.lock_state <> 0 ORDER BY g.expires_at LIMIT 1;
+    server_now := extract(epoch FROM clock_timestamp())::double precision;
+END $$;
 
 -- ------------------------------------------------------------------ control plane
 
