@@ -220,6 +220,7 @@ DECLARE
     v_level bigint;
     v_seq bigint;
     v_payload bytea;
+    v_done boolean := false;
 BEGIN
     IF p_now IS NULL THEN
         v_now := extract(epoch FROM clock_timestamp())::double precision;
@@ -231,7 +232,52 @@ BEGIN
                WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < v_now) THEN
         PERFORM leasequeue.expire(p_queue, v_now);
     END IF;
-    WHILE v_n < p_count LOOP
+    IF p_count > 1 THEN
+        -- A batch whose floor admits every ready group: the p_count ready
+        -- groups with the smallest keys, in one index walk, are exactly what
+        -- p_count successive claims take (each claimed group moves to the
+        -- back).  The loop below would walk past the rows this transaction
+        -- already claimed at every step.
+        SELECT g.priority INTO v_lowest FROM leasequeue.groups g
+        WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+        ORDER BY g.priority LIMIT 1;
+        IF FOUND AND v_lowest >= p_min_priority THEN
+            FOR v_g IN
+                SELECT * FROM leasequeue.groups g
+                WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                ORDER BY g.rr_key LIMIT p_count
+                FOR UPDATE SKIP LOCKED
+            LOOP
+                SELECT m.seq, m.payload INTO v_seq, v_payload FROM leasequeue.messages m
+                WHERE m.queue = p_queue AND m.group_id = v_g.group_id
+                ORDER BY m.seq LIMIT 1;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION 'leasequeue: group % of queue % has no message', v_g.group_id, p_queue;
+                END IF;
+                UPDATE leasequeue.groups g
+                SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
+                    attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
+                    rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now
+                WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
+                seq := v_seq;
+                group_id := v_g.group_id;
+                payload := v_payload;
+                expires_at := v_now + p_visibility;
+                attempt := v_g.attempt + 1;
+                prev_rr := v_g.rr_key;
+                prev_last := v_g.last_claimed_at;
+                prev_open := v_g.open;
+                prev_worker := v_g.lease_worker;
+                RETURN NEXT;
+                v_n := v_n + 1;
+            END LOOP;
+            IF v_n < p_count AND NOT p_report THEN
+                RETURN;  -- nothing else is claimable now
+            END IF;
+            v_done := true;
+        END IF;
+    END IF;
+    WHILE v_n < p_count AND NOT v_done LOOP
         SELECT g.priority INTO v_lowest FROM leasequeue.groups g
         WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
         ORDER BY g.priority LIMIT 1;
