@@ -203,7 +203,8 @@ class PostgresTransport:
         self._pool.put(conn, 0)
         self._channel = f"leasequeue_{self._queue}"
         self._room = WaitRoom()
-        self._listener = Listener(self._connect, self._channel, self._room, self._poke)
+        self._listener = Listener(self._connect, self._channel, self._room, self._poke,
+                                  query("listen_register"), query("listen_unregister"), self._queue)
         self._aconns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
         self._alock = threading.Lock()
 

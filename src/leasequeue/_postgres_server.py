@@ -100,7 +100,7 @@ class ThrowawayServer:
         self.port = _free_port()
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
-            "-c max_connections=200 -c fsync=on -c synchronous_commit=on -c shared_buffers=128MB"
+            "-c max_connections=200 -c shared_buffers=128MB"
         )
         try:
             self._run([self.pg_ctl, "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o", options, "start"])

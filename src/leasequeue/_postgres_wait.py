@@ -222,9 +222,13 @@ class Listener:
     """
 
     def __init__(self, connect: Callable[[], Any], channel: str, room: WaitRoom,
-                 poke: Callable[[str], None]) -> None:
+                 poke: Callable[[str], None], register: str = "", unregister: str = "",
+                 queue: int = 0) -> None:
         self._connect = connect
         self._poke = poke
+        self._register = register
+        self._unregister = unregister
+        self._queue = queue
         self._channel = channel
         self._room = room
         self._conn: Any = None
@@ -247,7 +251,15 @@ class Listener:
 
     def _listen(self) -> Any:
         conn = self._connect()
-        conn.execute(f"LISTEN {self._channel}")
+        try:
+            conn.execute(f"LISTEN {self._channel}")
+            if self._register:
+                # Writers notify only while the queue has listeners: sign up
+                # (after LISTEN, and before any waiting claim claims).
+                conn.execute(self._register, (self._queue,))
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _run(self) -> None:
@@ -296,6 +308,11 @@ class Listener:
             thread.join(timeout=5.0)
         conn = self._conn
         if conn is not None and not thread.is_alive():
+            try:
+                if self._unregister:
+                    conn.execute(self._unregister, (self._queue,))
+            except Exception:
+                pass
             try:
                 conn.close()
             except Exception:

@@ -251,3 +251,40 @@ def test_thread_interrupted_while_waiting_leaves_nothing(pg: Any) -> None:
     pg.publish("g", 1)
     assert pg.stats().leased == 0
     assert pg.claim("w", 30).attempt == 1
+
+
+def test_no_notify_without_listeners_then_notify(conninfo: str, make_pg: Any) -> None:
+    """Writers NOTIFY only while some transport listens for the queue (a
+    NOTIFY serialises commits database-wide)."""
+    import psycopg
+
+    t = make_pg()
+    raw = psycopg.connect(conninfo, autocommit=True)
+    raw.execute(f"LISTEN leasequeue_{t._queue}")
+    t.publish("a", 1)
+    assert list(raw.notifies(timeout=0.3)) == []
+    assert t.claim("w", 30, timeout=0.05) is not None  # signs this transport's listener up
+    t.publish("b", 2)
+    notes = list(raw.notifies(timeout=2, stop_after=1))
+    assert [n.payload for n in notes] == ["0:2"]
+    raw.close()
+
+
+def test_sign_up_races_a_publish(make_pg: Any, queue_name: str) -> None:
+    """A listener signing up while a publish commits: the first waiting claim
+    either sees the message or is notified of it, every time."""
+    import random
+
+    rng = random.Random(5)
+    publisher = make_pg(queue_name)
+    for i in range(25):
+        waiter = make_pg(queue_name)
+        c = Claimer(waiter, f"w{i}", timeout=10)
+        timer = threading.Timer(rng.uniform(0, 0.03), publisher.publish, args=(f"g{i}", i))
+        c.start()
+        timer.start()
+        c.join(15)
+        timer.join()
+        assert c.result is not None and c.result.event == i, f"round {i}: {c.result!r}"
+        waiter.ack(c.result)
+        waiter.close()

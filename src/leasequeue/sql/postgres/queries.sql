@@ -82,3 +82,11 @@ SELECT leasequeue.set_priority(%s, %s, %s);
 SELECT group_id, priority, messages, paused, lock_state, head_seq, lock_worker, expires_at, attempt,
        last_claimed_at
 FROM leasequeue.group_info(%s, %s, %s);
+
+-- name: listen_register --
+-- Record this (listening) connection for a queue; waits for announcements under way.
+SELECT leasequeue.listen_register(%s);
+
+-- name: listen_unregister --
+-- Forget this connection as a listener of a queue.
+SELECT leasequeue.listen_unregister(%s);

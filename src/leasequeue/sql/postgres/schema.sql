@@ -73,6 +73,15 @@ CREATE TABLE IF NOT EXISTS leasequeue.messages (
     PRIMARY KEY (queue, group_id, seq)
 );
 
+-- Connections that LISTEN for a queue's notifications (one row per listening
+-- backend).  Writers send NOTIFY only while a queue has listeners: a NOTIFY
+-- serialises the commits of every notifying transaction of the database.
+CREATE TABLE IF NOT EXISTS leasequeue.listeners (
+    queue int NOT NULL,
+    pid   int NOT NULL,
+    PRIMARY KEY (queue, pid)
+);
+
 -- ------------------------------------------------------------------ queues
 
 CREATE OR REPLACE FUNCTION leasequeue.register_queue(p_name text, OUT queue_id int, OUT queue_seq oid)
@@ -94,6 +103,47 @@ BEGIN
     EXECUTE format('CREATE SEQUENCE %s', v_name);
     queue_seq := v_name::regclass::oid;
     INSERT INTO leasequeue.queues (id, name, seq_oid) VALUES (queue_id, p_name, queue_seq);
+END $$;
+
+-- ------------------------------------------------------------------ notifications
+
+-- The advisory lock that orders announcements against listener sign-ups.
+CREATE OR REPLACE FUNCTION leasequeue.listen_key(p_queue int) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT 4294967296 + p_queue $$;
+
+-- Tell this queue's waiting claims (on every machine) that a message of
+-- this priority became claimable, if anybody listens.  The check runs under
+-- the queue's shared listen lock, and a sign-up (listen_register) takes it
+-- exclusively before it commits: either the sign-up waited for this
+-- transaction to commit (so the new listener's first claim sees its
+-- change), or this check sees the sign-up (and notifies).
+CREATE OR REPLACE FUNCTION leasequeue.announce(p_queue int, p_payload text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(4294967296 + p_queue);
+    IF EXISTS (SELECT 1 FROM leasequeue.listeners WHERE queue = p_queue) THEN
+        PERFORM pg_notify('leasequeue_' || p_queue, p_payload);
+    END IF;
+    RETURN true;
+END $$;
+
+-- Called by a listening connection after its LISTEN: records it (and drops
+-- the records of backends that are gone), then waits for every transaction
+-- that may have decided not to notify before this sign-up.
+CREATE OR REPLACE FUNCTION leasequeue.listen_register(p_queue int)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM leasequeue.listeners l
+    WHERE l.queue = p_queue AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid);
+    INSERT INTO leasequeue.listeners (queue, pid) VALUES (p_queue, pg_backend_pid())
+    ON CONFLICT DO NOTHING;
+    PERFORM pg_advisory_xact_lock(4294967296 + p_queue);
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.listen_unregister(p_queue int)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM leasequeue.listeners WHERE queue = p_queue AND pid = pg_backend_pid();
 END $$;
 
 -- ------------------------------------------------------------------ time
@@ -145,7 +195,7 @@ BEGIN
         WHERE g.queue = p_queue AND g.group_id = x.group_id
         RETURNING g.priority, g.lease_seq, g.has_messages, g.paused
     )
-    SELECT count(pg_notify('leasequeue_' || p_queue, f.priority || ':' || coalesce(f.lease_seq, 0)))
+    SELECT count(leasequeue.announce(p_queue, f.priority || ':' || coalesce(f.lease_seq, 0)))
     INTO v_n FROM freed f WHERE f.has_messages AND NOT f.paused;
 END $$;
 
@@ -169,7 +219,7 @@ BEGIN
     IF NOT v_found THEN
         INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key)
         VALUES (p_queue, p_group, p_priority, v_seq - 4611686018427387904);
-        PERFORM pg_notify('leasequeue_' || p_queue, p_priority || ':' || v_seq);
+        PERFORM leasequeue.announce(p_queue, p_priority || ':' || v_seq);
     ELSIF NOT v_has THEN
         -- A paused group that holds nothing: it takes this message; a group
         -- that never held one takes its priority and never-claimed key now.
@@ -389,7 +439,7 @@ BEGIN
         rr_key = p_prev_rr, last_claimed_at = p_prev_last
     WHERE queue = p_queue AND group_id = p_group;
     IF NOT v_g.paused THEN
-        PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || p_seq);
+        PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || p_seq);
     END IF;
     RETURN true;
 END $$;
@@ -435,7 +485,7 @@ BEGIN
             lease_seq = NULL, lease_worker = NULL
         WHERE queue = p_queue AND group_id = p_group;
         IF NOT v_g.paused THEN
-            PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || v_next);
+            PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_next);
         END IF;
     ELSIF v_g.paused THEN
         UPDATE leasequeue.groups
@@ -481,7 +531,7 @@ BEGIN
         SET lock_state = 0, lock_worker = NULL, expires_at = NULL, open = false
         WHERE queue = p_queue AND group_id = p_group;
         IF NOT v_g.paused THEN
-            PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || p_seq);
+            PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || p_seq);
         END IF;
     ELSE
         v_now := leasequeue.time_now(p_queue, p_now);
@@ -490,7 +540,7 @@ BEGIN
         WHERE queue = p_queue AND group_id = p_group;
         PERFORM leasequeue.time_used(p_queue, p_now, v_now);
         -- Waiting claims elsewhere learn the new expiry.
-        PERFORM pg_notify('leasequeue_' || p_queue, 'expiry');
+        PERFORM leasequeue.announce(p_queue, 'expiry');
     END IF;
     RETURN true;
 END $$;
@@ -595,7 +645,7 @@ BEGIN
     IF v_g.lock_state <> 1 THEN
         SELECT seq INTO v_head FROM leasequeue.messages
         WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
-        PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || v_head);
+        PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_head);
     END IF;
     RETURN true;
 END $$;
@@ -628,7 +678,7 @@ BEGIN
         RETURN false;
     END IF;
     IF v_g.lock_state = 0 AND v_g.has_messages AND NOT v_g.paused THEN
-        PERFORM pg_notify('leasequeue_' || p_queue, p_priority || ':' || coalesce(v_g.rr_key, 0) || ':p');
+        PERFORM leasequeue.announce(p_queue, p_priority || ':' || coalesce(v_g.rr_key, 0) || ':p');
     END IF;
     RETURN true;
 END $$;
