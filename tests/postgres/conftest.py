@@ -19,6 +19,18 @@ import pytest
 
 SKIP = os.environ.get("LEASEQUEUE_SKIP_POSTGRES") == "1"
 
+if SKIP:
+    # Not even collected: these modules import psycopg, which a machine
+    # without PostgreSQL (a wheel-test runner) may not have.
+    collect_ignore_glob = ["test_pg_*.py"]
+
+
+def pytest_report_header(config: Any) -> str:
+    if SKIP:
+        return "PostgreSQL tests: skipped on purpose (LEASEQUEUE_SKIP_POSTGRES=1)"
+    where = os.environ.get("LEASEQUEUE_TEST_POSTGRES") or "a throwaway server started by the session"
+    return f"PostgreSQL tests: against {where}"
+
 
 class Server:
     """The session's server: its conninfo, and (when we started it) control."""
