@@ -29,7 +29,6 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseQueueError",
-    "PostgresTransport",
     "TransportStats",
     "__version__",
 ]
@@ -66,7 +65,8 @@ else:
 
 def __getattr__(name: str) -> object:
     # PostgresTransport is imported on first use, so that importing
-    # leasequeue does not need psycopg (the ``postgres`` extra).
+    # leasequeue does not need psycopg (the ``postgres`` extra).  It is not
+    # in __all__, so that ``from leasequeue import *`` does not need it either.
     if name == "PostgresTransport":
         from ._postgres import PostgresTransport
 
@@ -75,5 +75,9 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list:
+    return sorted(set(globals()) | {"PostgresTransport"})
+
+
 if TYPE_CHECKING:
-    from ._postgres import PostgresTransport
+    from ._postgres import PostgresTransport as PostgresTransport
