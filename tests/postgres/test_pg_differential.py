@@ -2,7 +2,7 @@
 
 Seeded random operations -- publish, claim, ack/nack/extend of current and
 stale leases, bad arguments, a misbehaving clock, clock jumps both ways,
-stats, len -- go to the referee (``tests/referee.py``) and to a
+stats, len, and the batches (against successive calls on the referee) -- go to the referee (``tests/referee.py``) and to a
 PostgresTransport on a fresh queue; every result and every exception type
 must agree.  Events are compared by ``==`` (the backend stores them
 serialized), everything else as in the in-memory differential.  Forged and
@@ -132,6 +132,18 @@ class Pair:
                 return self.perform(i, op[2])
             finally:
                 clock.behave()
+        if kind == "claim_many":  # the referee: successive claims at one time
+            _, worker, visibility, count, floor = op
+            if i == 0:
+                out = []
+                while len(out) < count and (lease := t.claim(worker, visibility, floor)) is not None:
+                    out.append(lease)
+                return out
+            return t.claim_many(worker, visibility, count, floor)
+        if kind == "publish_many":
+            if i == 0:
+                return [t.publish(*item) for item in op[1]]
+            return t.publish_many(op[1])
         if kind == "stats":
             return t.stats()
         if kind == "len":
@@ -148,7 +160,10 @@ class Pair:
                 outcomes.append(("raise", type(exc).__name__))
                 results.append(None)
             else:
-                outcomes.append(normalize(result))
+                if isinstance(result, list):
+                    outcomes.append(("list", tuple(normalize(x) for x in result)))
+                else:
+                    outcomes.append(normalize(result))
                 results.append(result)
         if outcomes[0] != outcomes[1]:
             tail = "\n  ".join(self.log[-25:])
@@ -158,6 +173,10 @@ class Pair:
             )
         if outcomes[0] is not None and outcomes[0][0] == "lease":
             self.leases.append((results[0], results[1]))
+        if outcomes[0] is not None and outcomes[0][0] == "list":
+            for a, b in zip(results[0], results[1]):
+                if hasattr(a, "attempt"):
+                    self.leases.append((a, b))
         return outcomes[0]
 
 
@@ -188,7 +207,13 @@ def random_op(rng: random.Random, pair: Pair, n: int) -> Tuple[Any, ...]:
             ("ack", j) if has else ("len",), ("publish", "b", ("bad", n), OMIT), ("len",),
         ])
         return ("badclock", rng.randrange(len(BAD_CLOCK)), inner)
-    if r < 0.96:
+    if r < 0.93:
+        return ("claim_many", rng.choice(WORKERS[:3]), rng.choice([1, 5, 30]), rng.choice([0, 1, 2, 3, 8]),
+                rng.choice([0, -1, 1, INT64_MIN]))
+    if r < 0.95:
+        return ("publish_many", [(rng.choice(GROUPS[:5]), ("m", n, k)) + ((rng.choice([0, 1, 2]),) if k % 2 else ())
+                                 for k in range(rng.randrange(4))])
+    if r < 0.97:
         return ("stats",)
     return ("len",)
 
