@@ -2,8 +2,9 @@
 
 Seeded random operations -- publish, claim, ack/nack/extend of current and
 stale leases, bad arguments, a misbehaving clock, clock jumps both ways,
-stats, len, and the batches (against successive calls on the referee) -- go to the referee (``tests/referee.py``) and to a
-PostgresTransport on a fresh queue; every result and every exception type
+stats, len, and the batches (against successive calls on the referee) -- go
+to the referee (``tests/referee.py``) and to a PostgresTransport on a fresh
+queue; every result and every exception type
 must agree.  Events are compared by ``==`` (the backend stores them
 serialized), everything else as in the in-memory differential.  Forged and
 foreign leases are left out: a durable backend names a delivery by its
