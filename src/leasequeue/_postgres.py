@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import threading
 import time
 import weakref
@@ -320,7 +321,7 @@ class PostgresTransport:
         if wait > 0.0:
             return self._claim_waiting(worker_id, visibility, min_priority, wait)
         now = self._now()
-        rows = self._execute("claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, False))
+        rows = self._execute("claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, False, None))
         leases = self._leases(rows, worker_id, visibility)
         return leases[0] if leases else None
 
@@ -471,7 +472,23 @@ class PostgresTransport:
 
     def _claim_report(self, worker_id: str, visibility: float, min_priority: int) -> List[Tuple[Any, ...]]:
         now = self._now()
-        return self._execute("claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, True))
+        # A token names the lease this call may make, so that it can be given
+        # back if the caller is interrupted (KeyboardInterrupt, a lost
+        # connection) before the answer arrives: it may have committed.
+        token = random.getrandbits(62) + 1
+        try:
+            return self._execute(
+                "claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, True, token)
+            )
+        except BaseException:
+            self._release(token)
+            raise
+
+    def _release(self, token: int) -> None:
+        try:
+            self._execute("release", query("release_token"), (self._queue, token))
+        except Exception:
+            pass  # unreachable server: the lease, if any, ends at its visibility
 
     def _start_listener(self) -> None:
         if not self._listener.running:
@@ -567,7 +584,9 @@ class PostgresTransport:
         now = self._now()
         conn = await self._aconn(loop)
         try:
-            cur = await conn.execute(_Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, report))
+            cur = await conn.execute(
+                _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, report, None)
+            )
             return await cur.fetchall()
         except psycopg.Error as exc:
             self._aconns.pop(loop, None)
@@ -695,7 +714,7 @@ class PostgresTransport:
         min_priority = check_priority(min_priority, "min_priority")
         now = self._now()
         rows = self._execute(
-            "claim_many", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, max_count, False)
+            "claim_many", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, max_count, False, None)
         )
         return self._leases(rows, worker_id, visibility)
 

@@ -201,9 +201,9 @@ def test_claim_plans_use_indexes_at_100k_groups(conninfo: str, make_pg: Any) -> 
         for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
             conn.execute(f"SET auto_explain.{setting}")
         calls = [
-            ("claim", "SELECT * FROM leasequeue.claim(%s, 'w', 30, 0, NULL, 1, false)"),
-            ("floor", "SELECT * FROM leasequeue.claim(%s, 'w', 30, 2, NULL, 1, false)"),
-            ("claim_many", "SELECT * FROM leasequeue.claim(%s, 'w', 30, 0, NULL, 64, true)"),
+            ("claim", "SELECT * FROM leasequeue.claim(%s, 'w', 30, 0, NULL, 1, false, NULL)"),
+            ("floor", "SELECT * FROM leasequeue.claim(%s, 'w', 30, 2, NULL, 1, false, NULL)"),
+            ("claim_many", "SELECT * FROM leasequeue.claim(%s, 'w', 30, 0, NULL, 64, true, 7)"),
             ("stats-expire", "SELECT leasequeue.expire(%s, 1e18)"),
         ]
         for name, sql in calls:

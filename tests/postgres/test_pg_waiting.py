@@ -288,3 +288,34 @@ def test_sign_up_races_a_publish(make_pg: Any, queue_name: str) -> None:
         assert c.result is not None and c.result.event == i, f"round {i}: {c.result!r}"
         waiter.ack(c.result)
         waiter.close()
+
+
+def test_interrupt_during_the_claim_round_trip_gives_the_lease_back(conninfo: str, pg: Any) -> None:
+    """A KeyboardInterrupt that lands while a waiting claim's round trip is
+    under way (here: when it returns, after the claim committed): the lease
+    it made is given back, so nothing stays leased on its behalf."""
+    import ctypes
+
+    import psycopg
+
+    pg.publish("g", "x")
+    lock = psycopg.connect(conninfo, autocommit=True)
+    lock.execute("BEGIN")
+    lock.execute("LOCK TABLE leasequeue.groups IN ACCESS EXCLUSIVE MODE")
+    c = Claimer(pg, "victim", timeout=30)
+    c.start()
+    with psycopg.connect(conninfo, autocommit=True) as watch:
+        wait_until(lambda: watch.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%leasequeue.claim%'").fetchone()[0] > 0)
+    # Raised in the thread as soon as it runs Python code again: when the
+    # claim's answer comes back, after the claim committed.
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(c.ident), ctypes.py_object(KeyboardInterrupt))
+    lock.execute("ROLLBACK")
+    lock.close()
+    c.join(10)
+    assert isinstance(c.error, KeyboardInterrupt)
+    stats = pg.stats()
+    assert (stats.messages, stats.leased) == (1, 0)
+    again = pg.claim("w", 30)
+    assert again is not None and again.event == "x"

@@ -21,9 +21,9 @@ SELECT leasequeue.publish(%s, %s, %s, %s, %s);
 SELECT leasequeue.publish_many(%s, %s, %s, %s, %s);
 
 -- name: claim --
--- Up to count claims at one time: queue, worker, visibility, min_priority, now, count, report.
+-- Up to count claims at one time: queue, worker, visibility, min_priority, now, count, report, token.
 SELECT seq, group_id, payload, expires_at, attempt, prev_rr, prev_last, prev_open, prev_worker
-FROM leasequeue.claim(%s, %s, %s, %s, %s, %s, %s);
+FROM leasequeue.claim(%s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: claimable --
 -- Is anything claimable under this floor now: queue, min_priority.
@@ -90,3 +90,7 @@ SELECT leasequeue.listen_register(%s);
 -- name: listen_unregister --
 -- Forget this connection as a listener of a queue.
 SELECT leasequeue.listen_unregister(%s);
+
+-- name: release_token --
+-- Free the lease an interrupted waiting claim may have made: queue, token -> leases freed.
+SELECT leasequeue.release_token(%s, %s);

@@ -52,8 +52,10 @@ CREATE TABLE IF NOT EXISTS leasequeue.groups (
     lease_seq       bigint,            -- the delivery's message (the head)
     lease_worker    text,              -- the delivery's worker
     last_claimed_at double precision,
+    claim_token     bigint,            -- set by a waiting claim: lets it give the lease back if interrupted
     PRIMARY KEY (queue, group_id)
 );
+ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS claim_token bigint;
 
 -- Ready groups by round-robin key (the claim's main index), and by priority
 -- level for claims with a floor above some ready group's priority.
@@ -253,9 +255,10 @@ END $$;
 -- Up to p_count successive claims at one time (claim: p_count = 1).  Each
 -- serves the ready group with the smallest round-robin key among those with
 -- priority >= p_min_priority, skipping rows another transaction holds.
+DROP FUNCTION IF EXISTS leasequeue.claim(int, text, double precision, bigint, double precision, int, boolean);
 CREATE OR REPLACE FUNCTION leasequeue.claim(p_queue int, p_worker text, p_visibility double precision,
                                             p_min_priority bigint, p_now double precision, p_count int,
-                                            p_report boolean)
+                                            p_report boolean, p_token bigint)
 RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt int,
                prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text)
 LANGUAGE plpgsql AS $$
@@ -307,7 +310,8 @@ BEGIN
                 UPDATE leasequeue.groups g
                 SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
                     attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
-                    rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now
+                    rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now,
+                    claim_token = p_token
                 WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
                 seq := v_seq;
                 group_id := v_g.group_id;
@@ -373,7 +377,8 @@ BEGIN
         UPDATE leasequeue.groups g
         SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
             attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
-            rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now
+            rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now,
+                    claim_token = p_token
         WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
         seq := v_seq;
         group_id := v_g.group_id;
@@ -442,6 +447,30 @@ BEGIN
         PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || p_seq);
     END IF;
     RETURN true;
+END $$;
+
+-- Give back the lease a waiting claim made if the caller was interrupted
+-- before it got the answer (it may or may not have committed): the
+-- message is free again (that delivery counts as an attempt, as a crash
+-- would) and announced.  Rare: a scan of the queue's locked groups.
+CREATE OR REPLACE FUNCTION leasequeue.release_token(p_queue int, p_token bigint)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int := 0;
+    v_g record;
+BEGIN
+    FOR v_g IN
+        UPDATE leasequeue.groups g
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, open = false, claim_token = NULL
+        WHERE g.queue = p_queue AND g.lock_state = 1 AND g.open AND g.claim_token = p_token
+        RETURNING g.priority, g.lease_seq, g.paused
+    LOOP
+        v_n := v_n + 1;
+        IF NOT v_g.paused THEN
+            PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_g.lease_seq);
+        END IF;
+    END LOOP;
+    RETURN v_n;
 END $$;
 
 -- ------------------------------------------------------------------ settle
