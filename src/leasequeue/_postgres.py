@@ -200,6 +200,9 @@ class PostgresTransport:
         except psycopg.Error as exc:
             conn.close()
             raise _error(exc, f"PostgresTransport(queue={queue!r})") from exc
+        except BaseException:
+            conn.close()
+            raise
         self._queue, self._seq_oid = int(row[0]), int(row[1])
         self._pool.put(conn, 0)
         self._channel = f"leasequeue_{self._queue}"
@@ -207,7 +210,6 @@ class PostgresTransport:
         self._listener = Listener(self._connect, self._channel, self._room, self._poke,
                                   query("listen_register"), query("listen_unregister"), self._queue)
         self._aconns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
-        self._alock = threading.Lock()
 
     # ------------------------------------------------------------ set-up
 
@@ -233,10 +235,14 @@ class PostgresTransport:
     def _connect(self) -> Any:
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=0)
-            conn.execute(_SESSION)
-            return conn
         except psycopg.Error as exc:
             raise LeaseQueueError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from exc
+        try:
+            conn.execute(_SESSION)
+        except psycopg.Error as exc:
+            conn.close()
+            raise _error(exc, "connect") from exc
+        return conn
 
     @staticmethod
     def _check_schema(conn: Any) -> None:
