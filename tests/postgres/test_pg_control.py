@@ -122,7 +122,7 @@ def test_resume_wakes_a_waiting_claim(make_pg: Any) -> None:
     th.start()
     time.sleep(0.3)
     t.resume("a")
-    th.join(10)
+    th.join(30)
     assert result and result[0].event == 1
 
 
@@ -174,7 +174,7 @@ def test_set_priority_wakes_a_floor_waiter(make_pg: Any) -> None:
     th.start()
     time.sleep(0.3)
     t.set_priority("a", 5)
-    th.join(10)
+    th.join(30)
     assert result and result[0].event == 1
 
 

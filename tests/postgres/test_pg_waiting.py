@@ -16,7 +16,7 @@ from helpers import FakeClock
 from leasequeue import LeaseQueueError
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -27,7 +27,7 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
 class Claimer(threading.Thread):
     """A thread running one waiting claim; ``result`` when done."""
 
-    def __init__(self, t: Any, worker: str, floor: int = 0, timeout: Optional[float] = 10.0) -> None:
+    def __init__(self, t: Any, worker: str, floor: int = 0, timeout: Optional[float] = 60.0) -> None:
         super().__init__(daemon=True)
         self.t, self.worker, self.floor, self.timeout = t, worker, floor, timeout
         self.result: Any = "pending"
@@ -76,7 +76,7 @@ def test_waiting_claim_wakes_on_publish_and_times_out(pg: Any) -> None:
     assert 0.25 <= time.monotonic() - start < 5
     [c] = start_waiters(pg, [("w1", 0)])
     pg.publish("g", {"n": 1})
-    c.join(10)
+    c.join(30)
     assert c.result.event == {"n": 1} and c.result.worker_id == "w1"
 
 
@@ -84,18 +84,18 @@ def test_wake_from_another_transport_of_the_queue(make_pg: Any, queue_name: str)
     a, b = make_pg(queue_name), make_pg(queue_name)
     [c] = start_waiters(a, [("w1", 0)])
     b.publish("g", "from b")
-    c.join(10)
+    c.join(30)
     assert c.result.event == "from b"
 
 
 def test_floor_decides_who_is_woken(pg: Any) -> None:
     high, low = start_waiters(pg, [("high", 5), ("low", 0)])
     pg.publish("g0", "low prio", 0)
-    low.join(10)
+    low.join(30)
     assert low.result.event == "low prio"
     assert high.is_alive()  # a priority-0 message does not wake a floor-5 claim
     pg.publish("g5", "high prio", 5)
-    high.join(10)
+    high.join(30)
     assert high.result.event == "high prio"
 
 
@@ -103,7 +103,7 @@ def test_fair_longest_waiter_first(pg: Any) -> None:
     claimers = start_waiters(pg, [(f"w{i}", 0) for i in range(4)])
     for i in range(4):
         pg.publish(f"g{i}", i)
-        claimers[i].join(10)
+        claimers[i].join(30)
         assert claimers[i].result.event == i, f"waiter {i} should have been served"
         assert all(c.is_alive() for c in claimers[i + 1:])
 
@@ -135,14 +135,14 @@ def test_no_herd_one_message_wakes_one_waiter(pg: Any) -> None:
     assert sum(c.is_alive() for c in claimers) == 5
     pg.close()
     for c in claimers:
-        c.join(10)
+        c.join(30)
 
 
 def test_close_wakes_everyone_with_none(pg: Any) -> None:
     claimers = start_waiters(pg, [("a", 0), ("b", 3), ("c", 0)])
     pg.close()
     for c in claimers:
-        c.join(10)
+        c.join(30)
         assert c.result is None and c.error is None
     assert pg.closed
     start = time.monotonic()
@@ -157,7 +157,7 @@ def test_expiry_wakes_a_waiter_server_clock(pg: Any) -> None:
     pg.publish("g", "x")
     first = pg.claim("w0", 0.4)
     [c] = start_waiters(pg, [("w1", 0)])
-    c.join(10)
+    c.join(30)
     assert c.result.seq == first.seq and c.result.attempt == 2
     assert c.took >= 0.2
 
@@ -174,7 +174,7 @@ def test_expiry_on_manual_clock_wakes_on_stats(make_pg: Any) -> None:
     assert c.is_alive()
     clock.advance(101)
     t.stats()  # reads the clock and expires the lease: the waiter is woken
-    c.join(10)
+    c.join(30)
     assert c.result.attempt == 2 and c.result.worker_id == "w1"
 
 
@@ -185,8 +185,8 @@ def test_unused_wake_is_handed_on(pg: Any) -> None:
     wait_until(lambda: counter.calls >= 2)
     pg.publish("g1", 1)
     pg.publish("g2", 2)
-    first.join(10)
-    second.join(10)
+    first.join(30)
+    second.join(30)
     assert {first.result.event, second.result.event} == {1, 2}
 
 
@@ -245,7 +245,7 @@ def test_thread_interrupted_while_waiting_leaves_nothing(pg: Any) -> None:
     wait_until(lambda: len(pg._room) == 1)
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(c.ident), ctypes.py_object(KeyboardInterrupt))
     pg._room.wake_all()  # the async exception is raised when the thread runs Python code
-    c.join(10)
+    c.join(30)
     assert isinstance(c.error, KeyboardInterrupt)
     assert len(pg._room) == 0
     pg.publish("g", 1)
@@ -313,7 +313,7 @@ def test_interrupt_during_the_claim_round_trip_gives_the_lease_back(conninfo: st
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(c.ident), ctypes.py_object(KeyboardInterrupt))
     lock.execute("ROLLBACK")
     lock.close()
-    c.join(10)
+    c.join(30)
     assert isinstance(c.error, KeyboardInterrupt)
     stats = pg.stats()
     assert (stats.messages, stats.leased) == (1, 0)
