@@ -729,14 +729,14 @@ class PostgresTransport:
         leases = list(leases)
         for lease in leases:
             check_lease(lease)
-        lost = []
-        keyed = []
-        for lease in leases:
+        lost_at = []  # positions in ``leases`` of the leases that were not current
+        keyed = []  # (position, key) of the others, in order
+        for pos, lease in enumerate(leases):
             key = delivery_key(lease)
             if key is None:
-                lost.append(lease)
+                lost_at.append(pos)
             else:
-                keyed.append((lease, key))
+                keyed.append((pos, key))
         if keyed:
             rows = self._execute(
                 "ack_many",
@@ -749,11 +749,8 @@ class PostgresTransport:
                     [k[3] for _, k in keyed],
                 ),
             )
-            bad = {int(r[0]) for r in rows}
-            lost.extend(lease for i, (lease, _) in enumerate(keyed, 1) if i in bad)
-            order = {id(lease): n for n, lease in enumerate(leases)}
-            lost.sort(key=lambda lease: order[id(lease)])
-        return lost
+            lost_at.extend(keyed[int(r[0]) - 1][0] for r in rows)
+        return [leases[pos] for pos in sorted(lost_at)]
 
 
 def _info(row: Tuple[Any, ...]) -> GroupInfo:

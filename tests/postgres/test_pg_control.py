@@ -274,3 +274,18 @@ def test_ack_many(t: Any) -> None:
     assert lost == [leases[1], leases[1]]
     assert len(t) == 1
     assert t.ack_many([]) == []
+
+
+def test_publish_many_into_paused_and_new_groups(make_pg: Any, clock: FakeClock) -> None:
+    one, many = make_pg(clock=clock), make_pg(clock=clock)
+    items = [("p", "first", 4), ("n", "x", 2), ("p", "second", 9), ("n", "y", 7)]
+    for t in (one, many):
+        t.pause("p")
+    for item in items:
+        one.publish(*item)
+    assert many.publish_many(items) == [1, 2, 3, 4]
+    assert one.groups() == many.groups()
+    assert many.group("p").priority == 4 and many.group("n").priority == 2
+    for t in (one, many):
+        t.resume("p")
+    assert drain(one) == drain(many)

@@ -23,6 +23,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
+from leasequeue import LeaseLost
 from referee import INT64_MAX, INT64_MIN, Referee, ScriptedClock
 
 OPS = int(os.environ.get("LEASEQUEUE_PG_DIFF_OPS", "1500"))
@@ -141,6 +142,17 @@ class Pair:
                     out.append(lease)
                 return out
             return t.claim_many(worker, visibility, count, floor)
+        if kind == "ack_many":  # the referee: ack each, keep the ones that were not current
+            leases = [self.leases[j][i] for j in op[1]]
+            if i == 0:
+                lost = []
+                for lease in leases:
+                    try:
+                        t.ack(lease)
+                    except LeaseLost:
+                        lost.append(lease)
+                return [("lost", op[1][leases.index(x)]) for x in lost]
+            return [("lost", op[1][leases.index(x)]) for x in t.ack_many(leases)]
         if kind == "publish_many":
             if i == 0:
                 return [t.publish(*item) for item in op[1]]
@@ -211,6 +223,8 @@ def random_op(rng: random.Random, pair: Pair, n: int) -> Tuple[Any, ...]:
     if r < 0.93:
         return ("claim_many", rng.choice(WORKERS[:3]), rng.choice([1, 5, 30]), rng.choice([0, 1, 2, 3, 8]),
                 rng.choice([0, -1, 1, INT64_MIN]))
+    if r < 0.94 and has:
+        return ("ack_many", [max(0, len(pair.leases) - 1 - rng.randrange(6)) for _ in range(rng.randrange(5))])
     if r < 0.95:
         return ("publish_many", [(rng.choice(GROUPS[:5]), ("m", n, k)) + ((rng.choice([0, 1, 2]),) if k % 2 else ())
                                  for k in range(rng.randrange(4))])

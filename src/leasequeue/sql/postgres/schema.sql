@@ -235,19 +235,50 @@ BEGIN
     RETURN v_seq;
 END $$;
 
--- Items in order; the groups' advisory locks are taken first, in a fixed
--- order, so two batches cannot deadlock.
+-- Items in order, as successive publishes would: the groups' advisory locks
+-- are taken first, in a fixed order (two batches cannot deadlock), then
+-- seqs are drawn in item order and the rows written with set statements.
 CREATE OR REPLACE FUNCTION leasequeue.publish_many(p_queue int, p_seq_oid oid, p_groups text[],
                                                    p_payloads bytea[], p_priorities bigint[])
 RETURNS SETOF bigint LANGUAGE plpgsql AS $$
 DECLARE
-    i int;
+    v_seqs bigint[];
+    v_n bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(p_queue, h)
     FROM (SELECT DISTINCT hashtext(g) AS h FROM unnest(p_groups) g ORDER BY 1) x;
-    FOR i IN 1 .. coalesce(array_length(p_groups, 1), 0) LOOP
-        RETURN NEXT leasequeue.publish(p_queue, p_seq_oid, p_groups[i], p_payloads[i], p_priorities[i]);
-    END LOOP;
+    -- nextval runs once per row, in generate_series order: seqs follow the items.
+    SELECT coalesce(array_agg(x.v ORDER BY x.i), '{}') INTO v_seqs
+    FROM (SELECT i, nextval(p_seq_oid::regclass) AS v
+          FROM generate_series(1, coalesce(array_length(p_groups, 1), 0)) i) x;
+    -- Groups that do not exist yet: made by their first item (its priority,
+    -- never claimed, keyed by its seq), and announced.
+    WITH firsts AS (
+        SELECT DISTINCT ON (k.group_id) k.group_id, k.priority, k.seq
+        FROM unnest(p_groups, p_priorities, v_seqs) WITH ORDINALITY AS k(group_id, priority, seq, pos)
+        ORDER BY k.group_id, k.pos
+    ), made AS (
+        INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key)
+        SELECT p_queue, f.group_id, f.priority, f.seq - 4611686018427387904 FROM firsts f
+        WHERE NOT EXISTS (SELECT 1 FROM leasequeue.groups g WHERE g.queue = p_queue AND g.group_id = f.group_id)
+        RETURNING priority, rr_key
+    )
+    SELECT count(leasequeue.announce(p_queue, m.priority || ':' || (m.rr_key + 4611686018427387904)))
+    INTO v_n FROM made m;
+    -- Paused groups that held nothing take their first message (and, if they
+    -- never held one, its priority and key).
+    UPDATE leasequeue.groups g
+    SET has_messages = true,
+        priority = CASE WHEN g.rr_key IS NULL THEN f.priority ELSE g.priority END,
+        rr_key = coalesce(g.rr_key, f.seq - 4611686018427387904)
+    FROM (SELECT DISTINCT ON (k.group_id) k.group_id, k.priority, k.seq
+          FROM unnest(p_groups, p_priorities, v_seqs) WITH ORDINALITY AS k(group_id, priority, seq, pos)
+          ORDER BY k.group_id, k.pos) f
+    WHERE g.queue = p_queue AND g.group_id = f.group_id AND NOT g.has_messages;
+    INSERT INTO leasequeue.messages (queue, group_id, seq, payload)
+    SELECT p_queue, k.group_id, k.seq, k.payload
+    FROM unnest(p_groups, v_seqs, p_payloads) AS k(group_id, seq, payload);
+    RETURN QUERY SELECT unnest(v_seqs);
 END $$;
 
 -- ------------------------------------------------------------------ claim
@@ -528,20 +559,59 @@ BEGIN
 END $$;
 
 -- Returns the 1-based positions of the leases that were not current.  All
--- the groups' advisory locks are taken first, in a fixed order.
+-- the groups' advisory locks are taken first, in a fixed order; then the
+-- batch is settled with set statements (one ack per group at most: after
+-- it, the group's next message has no open delivery).
 CREATE OR REPLACE FUNCTION leasequeue.ack_many(p_queue int, p_groups text[], p_seqs bigint[],
                                                p_attempts int[], p_workers text[])
 RETURNS SETOF int LANGUAGE plpgsql AS $$
 DECLARE
-    i int;
+    v_pos int[];
+    v_groups text[];
+    v_seqs bigint[];
+    v_n bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(p_queue, h)
     FROM (SELECT DISTINCT hashtext(g) AS h FROM unnest(p_groups) g ORDER BY 1) x;
-    FOR i IN 1 .. coalesce(array_length(p_groups, 1), 0) LOOP
-        IF NOT leasequeue.ack(p_queue, p_groups[i], p_seqs[i], p_attempts[i], p_workers[i]) THEN
-            RETURN NEXT i;
-        END IF;
-    END LOOP;
+    PERFORM 1 FROM leasequeue.groups g
+    WHERE g.queue = p_queue AND g.group_id = ANY (p_groups)
+    ORDER BY g.group_id FOR UPDATE;
+    -- The current leases: for each group, the first position naming its open delivery.
+    SELECT coalesce(array_agg(c.pos), '{}'), coalesce(array_agg(c.group_id), '{}'),
+           coalesce(array_agg(c.seq), '{}')
+    INTO v_pos, v_groups, v_seqs
+    FROM (SELECT DISTINCT ON (k.group_id) k.pos::int AS pos, k.group_id, k.seq
+          FROM unnest(p_groups, p_seqs, p_attempts, p_workers) WITH ORDINALITY
+               AS k(group_id, seq, attempt, worker, pos)
+          JOIN leasequeue.groups g ON g.queue = p_queue AND g.group_id = k.group_id
+          WHERE g.open AND g.attempt = k.attempt AND g.lease_seq = k.seq AND g.lease_worker = k.worker
+          ORDER BY k.group_id, k.pos) c;
+    DELETE FROM leasequeue.messages m
+    USING unnest(v_groups, v_seqs) AS c(group_id, seq)
+    WHERE m.queue = p_queue AND m.group_id = c.group_id AND m.seq = c.seq;
+    -- Groups with a next message (or paused) stay, free; the others are forgotten.
+    WITH nxt AS (
+        SELECT c.group_id,
+               (SELECT min(m.seq) FROM leasequeue.messages m
+                WHERE m.queue = p_queue AND m.group_id = c.group_id) AS head
+        FROM unnest(v_groups) AS c(group_id)
+    ), freed AS (
+        UPDATE leasequeue.groups g
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
+            lease_seq = NULL, lease_worker = NULL, has_messages = (n.head IS NOT NULL)
+        FROM nxt n
+        WHERE g.queue = p_queue AND g.group_id = n.group_id AND (n.head IS NOT NULL OR g.paused)
+        RETURNING g.priority, g.paused, n.head
+    )
+    SELECT count(leasequeue.announce(p_queue, f.priority || ':' || f.head)) INTO v_n
+    FROM freed f WHERE f.head IS NOT NULL AND NOT f.paused;
+    DELETE FROM leasequeue.groups g
+    USING unnest(v_groups) AS c(group_id)
+    WHERE g.queue = p_queue AND g.group_id = c.group_id AND NOT g.paused AND NOT g.open
+      AND NOT EXISTS (SELECT 1 FROM leasequeue.messages m WHERE m.queue = p_queue AND m.group_id = g.group_id);
+    RETURN QUERY
+    SELECT i FROM generate_series(1, coalesce(array_length(p_groups, 1), 0)) i
+    WHERE NOT (i = ANY (v_pos)) ORDER BY i;
 END $$;
 
 CREATE OR REPLACE FUNCTION leasequeue.nack(p_queue int, p_group text, p_seq bigint, p_attempt int,
