@@ -79,9 +79,7 @@ def _check_count(value: Any) -> int:
         value = int(value)
     if value < 0:
         raise ValueError(f"max_count must be >= 0, not {value!r}")
-    if value > 2**31 - 1:
-        raise OverflowError(f"max_count {value} is too large")
-    return value
+    return min(value, 2**31 - 1)  # no upper bound: a huge count claims every eligible group
 
 
 def _error(exc: BaseException, what: str) -> LeaseQueueError:
@@ -679,7 +677,7 @@ class PostgresTransport:
         return _info(rows[0]) if rows else None
 
     def groups(self) -> List[GroupInfo]:
-        """A snapshot of every group, ordered by group_id: O(G)."""
+        """A snapshot of every group, in group creation order: O(G + N)."""
         now = self._now()
         return [_info(row) for row in self._execute("groups", query("group_info"), (self._queue, None, now))]
 
@@ -692,15 +690,18 @@ class PostgresTransport:
         payloads: List[bytes] = []
         priorities: List[int] = []
         checked = []
-        for item in items:
-            if not isinstance(item, tuple) or len(item) not in (2, 3):
+        for item in list(items):
+            if not isinstance(item, tuple):
                 raise TypeError(
                     "publish_many items must be (group_id, event) or (group_id, event, priority) tuples, "
                     f"not {type(item).__name__}"
                 )
-            group_id = check_id(item[0], "group_id")
-            priority = check_priority(item[2], "priority") if len(item) == 3 else 0
-            checked.append((group_id, item[1], priority))
+            size = tuple.__len__(item)  # a tuple subclass is read as the tuple it is
+            if size not in (2, 3):
+                raise ValueError(f"publish_many items must have 2 or 3 fields, not {size}")
+            group_id = check_id(tuple.__getitem__(item, 0), "group_id")
+            priority = check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
+            checked.append((group_id, tuple.__getitem__(item, 1), priority))
         for group_id, event, priority in checked:
             groups.append(group_id)
             payloads.append(dump(self._dumps, event))

@@ -82,9 +82,10 @@ def test_pause_empty_group_records_it(t: Any) -> None:
     assert t.pause("new") is True
     assert t.group("new") == GroupInfo("new", 0, 0, "paused", True, None, None, None, None, None)
     assert t.stats() == TransportStats(0, 0, 0, 0, 1)
-    t.publish("new", "x", 7)  # waits in the paused group
+    t.publish("new", "x", 7)  # waits in the paused group, which exists: its priority stays 0
     assert t.claim("w", 10) is None
-    assert t.group("new").priority == 7
+    assert t.group("new").priority == 0
+    assert t.set_priority("new", 7)
     assert t.resume("new")
     assert t.claim("w", 10, 7).event == "x"
 
@@ -228,7 +229,7 @@ def test_publish_many_validates_everything_first(t: Any) -> None:
     t.publish("a", 0)
     for bad, err in [([("a", 1), (2, 2)], TypeError), ([("a", 1), ("b", 2, True)], TypeError),
                      ([("a", 1), ("b", 2, 2**64)], OverflowError), ([("a", 1), ["b", 2]], TypeError),
-                     ([("a", 1), ("b",)], TypeError), ([("a", 1), ("b", lambda: 0)], UNPICKLABLE)]:
+                     ([("a", 1), ("b",)], ValueError), ([("a", 1), ("b", 1, 2, 3)], ValueError), (5, TypeError), ([("a", 1), ("b", lambda: 0)], UNPICKLABLE)]:
         with pytest.raises(err):
             t.publish_many(bad)
     assert len(t) == 1
@@ -285,7 +286,36 @@ def test_publish_many_into_paused_and_new_groups(make_pg: Any, clock: FakeClock)
         one.publish(*item)
     assert many.publish_many(items) == [1, 2, 3, 4]
     assert one.groups() == many.groups()
-    assert many.group("p").priority == 4 and many.group("n").priority == 2
+    assert many.group("p").priority == 0 and many.group("n").priority == 2
+    assert [g.group_id for g in many.groups()] == ["p", "n"]  # creation order
     for t in (one, many):
         t.resume("p")
     assert drain(one) == drain(many)
+
+
+def test_claim_many_has_no_upper_bound(t: Any) -> None:
+    for g in "abc":
+        t.publish(g, g)
+    assert [x.group_id for x in t.claim_many("w", 10, 2**70)] == ["a", "b", "c"]
+
+
+def test_groups_in_creation_order(t: Any) -> None:
+    for g in ["z", "b", "y"]:
+        t.publish(g, 1)
+    t.pause("a")
+    lease = t.claim("w", 10)
+    t.ack(lease)  # "z" is forgotten, and re-created at the end
+    t.publish("z", 2)
+    assert [g.group_id for g in t.groups()] == ["b", "y", "a", "z"]
+
+
+def test_publish_many_reads_tuple_subclasses_as_tuples(t: Any) -> None:
+    class Odd(tuple):
+        def __len__(self) -> int:
+            raise AssertionError("not called")
+
+        def __getitem__(self, i: Any) -> Any:
+            raise AssertionError("not called")
+
+    assert t.publish_many([Odd(("g", "e"))]) == [1]
+    assert t.claim("w", 10).event == "e"

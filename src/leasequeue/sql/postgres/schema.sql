@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS leasequeue.queues (
 -- queues (gaps do not change the order).
 CREATE SEQUENCE IF NOT EXISTS leasequeue.claims;
 
+-- Creation order of groups (groups() lists them in it, decisions.md).
+CREATE SEQUENCE IF NOT EXISTS leasequeue.created;
+
 CREATE TABLE IF NOT EXISTS leasequeue.groups (
     queue           int NOT NULL,
     group_id        text NOT NULL,
@@ -53,9 +56,11 @@ CREATE TABLE IF NOT EXISTS leasequeue.groups (
     lease_worker    text,              -- the delivery's worker
     last_claimed_at double precision,
     claim_token     bigint,            -- set by a waiting claim: lets it give the lease back if interrupted
+    created         bigint NOT NULL DEFAULT nextval('leasequeue.created'),
     PRIMARY KEY (queue, group_id)
 );
 ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS claim_token bigint;
+ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS created bigint NOT NULL DEFAULT nextval('leasequeue.created');
 
 -- Ready groups by round-robin key (the claim's main index), and by priority
 -- level for claims with a floor above some ready group's priority.
@@ -211,10 +216,9 @@ DECLARE
     v_found boolean;
     v_has boolean;
     v_paused boolean;
-    v_rr bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
-    SELECT has_messages, paused, rr_key INTO v_has, v_paused, v_rr
+    SELECT has_messages, paused INTO v_has, v_paused
     FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
     v_found := FOUND;
     v_seq := nextval(p_seq_oid::regclass);
@@ -223,11 +227,10 @@ BEGIN
         VALUES (p_queue, p_group, p_priority, v_seq - 4611686018427387904);
         PERFORM leasequeue.announce(p_queue, p_priority || ':' || v_seq);
     ELSIF NOT v_has THEN
-        -- A paused group that holds nothing: it takes this message; a group
-        -- that never held one takes its priority and never-claimed key now.
+        -- A paused group that holds nothing: it takes this message (its
+        -- priority stays; one that never held a message is keyed by it).
         UPDATE leasequeue.groups
         SET has_messages = true,
-            priority = CASE WHEN v_rr IS NULL THEN p_priority ELSE priority END,
             rr_key = coalesce(rr_key, v_seq - 4611686018427387904)
         WHERE queue = p_queue AND group_id = p_group;
     END IF;
@@ -265,11 +268,10 @@ BEGIN
     )
     SELECT count(leasequeue.announce(p_queue, m.priority || ':' || (m.rr_key + 4611686018427387904)))
     INTO v_n FROM made m;
-    -- Paused groups that held nothing take their first message (and, if they
-    -- never held one, its priority and key).
+    -- Paused groups that held nothing take their first message (their
+    -- priority stays; one that never held a message is keyed by it).
     UPDATE leasequeue.groups g
     SET has_messages = true,
-        priority = CASE WHEN g.rr_key IS NULL THEN f.priority ELSE g.priority END,
         rr_key = coalesce(g.rr_key, f.seq - 4611686018427387904)
     FROM (SELECT DISTINCT ON (k.group_id) k.group_id, k.priority, k.seq
           FROM unnest(p_groups, p_priorities, v_seqs) WITH ORDINALITY AS k(group_id, priority, seq, pos)
@@ -803,7 +805,7 @@ BEGIN
     LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.messages x
                        WHERE x.queue = g.queue AND x.group_id = g.group_id) m ON true
     WHERE g.queue = p_queue AND (p_group IS NULL OR g.group_id = p_group)
-    ORDER BY g.group_id;
+    ORDER BY g.created;
 END $$;
 
 INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '1')
