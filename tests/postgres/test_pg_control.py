@@ -229,7 +229,8 @@ def test_publish_many_validates_everything_first(t: Any) -> None:
     t.publish("a", 0)
     for bad, err in [([("a", 1), (2, 2)], TypeError), ([("a", 1), ("b", 2, True)], TypeError),
                      ([("a", 1), ("b", 2, 2**64)], OverflowError), ([("a", 1), ["b", 2]], TypeError),
-                     ([("a", 1), ("b",)], ValueError), ([("a", 1), ("b", 1, 2, 3)], ValueError), (5, TypeError), ([("a", 1), ("b", lambda: 0)], UNPICKLABLE)]:
+                     ([("a", 1), ("b",)], ValueError), ([("a", 1), ("b", 1, 2, 3)], ValueError),
+                     (5, TypeError), ([("a", 1), ("b", lambda: 0)], UNPICKLABLE)]:
         with pytest.raises(err):
             t.publish_many(bad)
     assert len(t) == 1
