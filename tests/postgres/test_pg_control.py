@@ -215,9 +215,10 @@ def test_set_priority_bad_priority(t: Any, priority: Any, err: type) -> None:
 
 def test_publish_many_is_publishing_one_by_one(make_pg: Any, clock: FakeClock) -> None:
     one, many = make_pg(clock=clock), make_pg(clock=clock)
-    items = [("a", {"n": 1}), ("b", [2], 3), ("a", "three"), ("c", 4, -1)]
+    items = [("z", {"n": 1}), ("b", [2], 3), ("z", "three"), ("c", 4, -1), ("a", 5)]
     seqs = [one.publish(*item) for item in items]
-    assert many.publish_many(items) == seqs == [1, 2, 3, 4]
+    assert many.publish_many(items) == seqs == [1, 2, 3, 4, 5]
+    assert [g.group_id for g in many.groups()] == ["z", "b", "c", "a"]  # creation order
     assert one.groups() == many.groups()
     assert drain(one) == drain(many)
 
@@ -320,3 +321,16 @@ def test_publish_many_reads_tuple_subclasses_as_tuples(t: Any) -> None:
 
     assert t.publish_many([Odd(("g", "e"))]) == [1]
     assert t.claim("w", 10).event == "e"
+
+
+def test_ack_many_forgets_emptied_groups(t: Any) -> None:
+    t.publish("a", 1)
+    t.publish("b", 2)
+    t.publish("b", 3)
+    leases = t.claim_many("w", 10, 2)
+    assert t.ack_many(leases) == []
+    assert [g.group_id for g in t.groups()] == ["b"]  # "a" emptied: forgotten
+    for lease in leases:
+        with pytest.raises(LeaseLost):
+            t.ack(lease)
+    assert t.ack_many(leases) == leases

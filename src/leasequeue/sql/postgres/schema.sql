@@ -264,6 +264,7 @@ BEGIN
         INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key)
         SELECT p_queue, f.group_id, f.priority, f.seq - 4611686018427387904 FROM firsts f
         WHERE NOT EXISTS (SELECT 1 FROM leasequeue.groups g WHERE g.queue = p_queue AND g.group_id = f.group_id)
+        ORDER BY f.seq  -- creation order (the "created" counter) follows the items
         RETURNING priority, rr_key
     )
     SELECT count(leasequeue.announce(p_queue, m.priority || ':' || (m.rr_key + 4611686018427387904)))
@@ -609,7 +610,7 @@ BEGIN
     FROM freed f WHERE f.head IS NOT NULL AND NOT f.paused;
     DELETE FROM leasequeue.groups g
     USING unnest(v_groups) AS c(group_id)
-    WHERE g.queue = p_queue AND g.group_id = c.group_id AND NOT g.paused AND NOT g.open
+    WHERE g.queue = p_queue AND g.group_id = c.group_id AND NOT g.paused
       AND NOT EXISTS (SELECT 1 FROM leasequeue.messages m WHERE m.queue = p_queue AND m.group_id = g.group_id);
     RETURN QUERY
     SELECT i FROM generate_series(1, coalesce(array_length(p_groups, 1), 0)) i
