@@ -74,9 +74,28 @@ else:
 
 
 def __getattr__(name: str) -> object:
-    """The durable backends are imported on first use (``leasequeue.SQLiteTransport``)."""
+    """The durable backends are imported on first use.
+
+    ``SQLiteTransport`` (and its serializers) needs only the standard
+    library; ``PostgresTransport`` needs psycopg (the ``postgres`` extra), so
+    it is not in ``__all__`` either: ``from leasequeue import *`` does not
+    need it.
+    """
     if name in ("SQLiteTransport", "JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
         from . import _sqlite
 
         return getattr(_sqlite, name)
+    if name == "PostgresTransport":
+        from ._postgres import PostgresTransport
+
+        globals()[name] = PostgresTransport
+        return PostgresTransport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__) | {"PostgresTransport"})
+
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresTransport as PostgresTransport
