@@ -1424,6 +1424,10 @@ class InMemoryTransport:
         self._wake(chain)
         return self._lease_of(w) if kept else None
 
+    def _waiting_count(self) -> int:
+        """Waiting claims queued now; for tests."""
+        return self._nwaiting
+
     def _wake_counts(self) -> Tuple[int, int]:
         """Wakes promised to waiting claims so far: (hand-offs, close); for tests."""
         with self._lock:

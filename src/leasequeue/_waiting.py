@@ -74,13 +74,15 @@ the caller's behalf.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 import weakref
 from _thread import allocate_lock, get_ident
 from time import monotonic
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["CLOSED", "HANDED", "IDLE", "WAITING", "aclaim_wait", "claim_wait", "poke_timer"]
 
@@ -148,11 +150,12 @@ class _AsyncWaker:
         self.rec: Any = None
 
     def wake(self) -> None:
-        if get_ident() == self.thread:
+        loop = self.loop
+        if get_ident() == self.thread and not loop.is_closed():
             _resolve(self.fut, True)
             return
         try:
-            self.loop.call_soon_threadsafe(_resolve, self.fut, True)
+            loop.call_soon_threadsafe(_resolve, self.fut, True)
         except RuntimeError:  # the loop is closed: nobody will ever take the lease
             self.transport._wait_end(self.rec, False)
 
@@ -169,6 +172,8 @@ async def aclaim_wait(t: Any, worker_id: str, visibility: float, min_priority: i
     closed."""
     if t._closed:
         return None
+    import asyncio  # here, so that importing leasequeue does not import asyncio
+
     loop = asyncio.get_running_loop()
     fut: "asyncio.Future[bool]" = loop.create_future()
     waker = _AsyncWaker(loop, fut, t)
