@@ -762,3 +762,32 @@ class _timeout:
                 return True
         self.cm.cancel()
         return exc[0] is asyncio.CancelledError
+
+
+class _HandedRightAfterStart:
+    """The transport, except that a message is published (and so handed to
+    the waiting record) just after ``_wait_start`` returned: what another
+    thread may do at any moment once the lock is released."""
+
+    def __init__(self, t: Any, group: str) -> None:
+        self.t = t
+        self.group = group
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.t, name)
+
+    def _wait_start(self, rec: Any) -> Any:
+        lease = self.t._wait_start(rec)
+        assert lease is None
+        self.t.publish(self.group, "e")
+        return lease
+
+
+def test_a_lease_handed_over_just_after_queueing_is_returned(transport: Any) -> None:
+    from leasequeue._waiting import aclaim_wait, claim_wait
+
+    lease = claim_wait(_HandedRightAfterStart(transport, "g"), "w", 30.0, 0, 5.0)
+    assert lease is not None and (lease.seq, lease.worker_id) == (1, "w")
+    lease = asyncio.run(aclaim_wait(_HandedRightAfterStart(transport, "h"), "a", 30.0, 0, 5.0))
+    assert lease is not None and (lease.seq, lease.group_id, lease.worker_id) == (2, "h", "a")
+    assert transport.stats().leased == 2 and transport._waiting_count() == 0

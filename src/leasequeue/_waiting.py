@@ -24,8 +24,9 @@ The core's side (both twins, same names; see their "waiters" section):
     ``rec.state == CLOSED`` on a closed transport; else applies expiry,
     queues the record and serves the queue (the caller first if it is the
     longest waiter its floor admits).  Returns the lease if the caller got
-    one at once (``rec.state`` is then ``IDLE``), else ``None`` with
-    ``rec.state == WAITING``.
+    one at once, else ``None``: the record is queued, and from the moment the
+    lock is released another thread may hand it a lease (or close it), so
+    the caller must end with ``_wait_end`` whatever it reads.
 ``t._wait_end(rec, keep)``
     ends the wait: a record still queued is taken out; a record that was
     handed a lease returns it when ``keep`` (a deadline racing a hand-off:
@@ -117,20 +118,20 @@ def claim_wait(t: Any, worker_id: str, visibility: float, min_priority: int, tim
     rec = t._waiter(worker_id, visibility, min_priority, lock.release)
     try:
         lease = t._wait_start(rec)
-        if rec.state != WAITING:
-            return lease  # claimed at once, or closed meanwhile (None)
+        if lease is not None:
+            return lease  # claimed at once
+        # From here on every way out goes through _wait_end: the record may be
+        # handed a lease by another thread at any moment, even before the loop.
         acquire = lock.acquire
         main = get_ident() == _MAIN_IDENT
-        while True:
+        while rec.state == WAITING:
             wait = deadline - monotonic()
             if wait <= 0.0:
                 break
             if main and wait > _MAIN_SLICE:
                 wait = _MAIN_SLICE
             acquire(True, wait if wait <= _TIMEOUT_MAX else -1)
-            if rec.state != WAITING:
-                break  # handed a lease, or closed (written before the wake)
-        return t._wait_end(rec, True)  # also a lease handed over just at the deadline
+        return t._wait_end(rec, True)  # its lease (also one handed over at the deadline), or None
     except BaseException:
         t._wait_end(rec, False)
         raise
@@ -180,14 +181,15 @@ async def aclaim_wait(t: Any, worker_id: str, visibility: float, min_priority: i
     rec = waker.rec = t._waiter(worker_id, visibility, min_priority, waker.wake)
     try:
         lease = t._wait_start(rec)
-        if rec.state != WAITING:
+        if lease is not None:
             return lease
-        timer = loop.call_later(timeout, _resolve, fut, False) if timeout != _INF else None
-        try:
-            await fut
-        finally:
-            if timer is not None:
-                timer.cancel()
+        if rec.state == WAITING:  # else already handed a lease (by another thread) or closed
+            timer = loop.call_later(timeout, _resolve, fut, False) if timeout != _INF else None
+            try:
+                await fut
+            finally:
+                if timer is not None:
+                    timer.cancel()
         return t._wait_end(rec, True)
     except BaseException:
         t._wait_end(rec, False)
