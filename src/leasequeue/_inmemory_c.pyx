@@ -194,11 +194,15 @@ cdef class InMemoryTransport:
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``, ``extend``,
-    ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
-    held.  The transport's time never runs backwards: an operation whose
-    clock reading is older than a time an earlier operation used (a racing
-    thread, or a clock turned back) uses that later time instead.  Every
-    method is atomic and thread-safe.
+    ``stats`` and ``nack(delay > 0)`` (and by ``publish``, ``ack`` and
+    ``nack(0)`` while a claim waits for work), never while the transport's
+    lock is held.  The transport's time never runs backwards: an operation
+    whose clock reading is older than a time an earlier operation used (a
+    racing thread, or a clock turned back) uses that later time instead.
+    Every method is atomic and thread-safe.
+
+    ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
+    asyncio event loop; ``close()`` ends every wait.
     """
 
     cdef lq_mutex _lock

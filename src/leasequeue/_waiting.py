@@ -141,7 +141,7 @@ class _AsyncWaker:
     """Wakes one waiting ``aclaim`` from any thread (``wake``, called by the core
     after it released its lock)."""
 
-    __slots__ = ("loop", "thread", "fut", "transport", "rec")
+    __slots__ = ("loop", "thread", "fut", "transport", "rec", "threadsafe")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fut: "asyncio.Future[bool]", transport: Any) -> None:
         self.loop = loop
@@ -149,16 +149,18 @@ class _AsyncWaker:
         self.fut = fut
         self.transport = transport
         self.rec: Any = None
+        self.threadsafe = loop.call_soon_threadsafe
 
     def wake(self) -> None:
-        loop = self.loop
-        if get_ident() == self.thread and not loop.is_closed():
-            _resolve(self.fut, True)
-            return
-        try:
-            loop.call_soon_threadsafe(_resolve, self.fut, True)
-        except RuntimeError:  # the loop is closed: nobody will ever take the lease
+        if get_ident() != self.thread:
+            try:
+                self.threadsafe(_resolve, self.fut, True)
+            except RuntimeError:  # the loop is closed: nobody will ever take the lease
+                self.transport._wait_end(self.rec, False)
+        elif self.loop.is_closed():
             self.transport._wait_end(self.rec, False)
+        else:
+            _resolve(self.fut, True)  # on the loop's own thread: no need to go through it
 
 
 def _resolve(fut: "asyncio.Future[bool]", woken: bool) -> None:
