@@ -791,3 +791,26 @@ def test_a_lease_handed_over_just_after_queueing_is_returned(transport: Any) -> 
     lease = asyncio.run(aclaim_wait(_HandedRightAfterStart(transport, "h"), "a", 30.0, 0, 5.0))
     assert lease is not None and (lease.seq, lease.group_id, lease.worker_id) == (2, "h", "a")
     assert transport.stats().leased == 2 and transport._waiting_count() == 0
+
+
+def test_the_expiry_timer_hands_off_an_expired_lease_under_a_manual_clock(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.claim("crashed", 0.3)  # expires at 1000.3 by the manual clock
+    [w] = start_waiters(transport, 1)
+    clock.advance(1.0)  # and nothing else: the timer (asleep ~0.3 s) looks, sees it expired
+    joined([w])
+    assert (w.result.seq, w.result.attempt, w.result.expires_at) == (1, 2, clock.now + 30.0)
+
+
+def test_the_expiry_timer_does_not_spin_on_a_clock_that_stands_still(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.claim("x", 0.0)  # expires_at == now: due, but never expired while the clock stands still
+    [w] = start_waiters(transport, 1, timeout=None)
+    reads = clock.reads
+    time.sleep(1.5)
+    looks = clock.reads - reads  # the timer's readings: it backs off, doubling up to 0.5 s
+    assert 1 <= looks <= 20, looks
+    assert w.is_alive()
+    clock.advance(1.0)
+    joined([w])
+    assert w.result.attempt == 2
