@@ -915,7 +915,7 @@ cdef class InMemoryTransport:
         g.open = w.prev_open
         g.key = w.prev_key
         g.claimed_at = w.prev_claimed_at
-        self._make_ready(slot)
+        self._make_ready(slot)  # control plane (merge): not if the group was paused meanwhile
         return 1
 
     cdef inline bint _promise(self, _Waiter w) noexcept:

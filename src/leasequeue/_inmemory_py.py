@@ -1243,7 +1243,7 @@ class InMemoryTransport:
         group.open = w.prev_open
         group.key = w.prev_key
         group.last_claimed_at = w.prev_claimed_at
-        self._make_ready(group)
+        self._make_ready(group)  # control plane (merge): not if the group was paused meanwhile
         return True
 
     def _enqueue(self, w: _Waiter) -> None:
