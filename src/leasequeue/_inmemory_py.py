@@ -1241,14 +1241,21 @@ class InMemoryTransport:
                 self._compact(level)
 
     def _compact(self, level: _Level) -> None:
-        """Rebuild a level's heap from its live entries: O(size), amortised O(1)."""
+        """Rebuild a level's heap from its live entries: O(size), amortised O(1).
+
+        Best effort: out of memory, the stale entries stay (nothing else
+        changes), so that taking back a failed batch cannot fail here.
+        """
         live = []
         seen = set()
-        for entry in level.heap:
-            group = entry[1]
-            if group.ready_key == entry[0] and group.level is level and id(group) not in seen:
-                seen.add(id(group))
-                live.append(entry)
+        try:
+            for entry in level.heap:
+                group = entry[1]
+                if group.ready_key == entry[0] and group.level is level and id(group) not in seen:
+                    seen.add(id(group))
+                    live.append(entry)
+        except MemoryError:
+            return
         heapify(live)
         level.heap = live
         level.stale = 0
