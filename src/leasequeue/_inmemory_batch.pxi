@@ -3,14 +3,18 @@
 #
 # A batch must allocate everything it will need before it publishes
 # anything (a MemoryError must leave the transport as it was), and it may
-# create many groups, over many new priority levels.  So ``publish_many``
-# first works out, before taking the lock, which distinct groups the batch
-# names (in order of first appearance: the order in which new ones will be
-# created) and with which priority each would be created (its first
-# item's); under the lock ``InMemoryTransport._publish_batch`` looks them
-# up, counts the new groups per priority (``plan_count``), reserves message
-# and group slots, id-table room and level heaps for exactly that, and only
-# then commits, item by item, as ``publish`` would.
+# create many groups, over many new priority levels.  ``publish_many``
+# checks every item first, keeping each one's priority and id hash here.
+# Then, under the lock, ``InMemoryTransport._publish_known`` looks every
+# group up: when all exist (the common case) it only makes room for the
+# messages and publishes them.  Otherwise, having changed nothing, it lets
+# go of the lock, and ``publish_many`` works out which distinct groups the
+# batch names (in order of first appearance: the order in which new ones
+# will be created) and with which priority each would be created (its first
+# item's); under the lock again ``InMemoryTransport._publish_batch`` looks
+# them up, counts the new groups per priority (``plan_count``), reserves
+# message and group slots, id-table room and level heaps for exactly that,
+# and only then commits, item by item, as ``publish`` would.
 #
 # The pure twin needs no plan: it adds the items one by one and takes them
 # back if one fails (``InMemoryTransport._add_batch``).
@@ -19,6 +23,9 @@
 
 
 ctypedef struct BatchPlan:
+    int64_t *item_prio   # by item: its priority
+    Py_hash_t *item_hash # by item: hash of its group id
+    int32_t *item_slot   # by item: its group's slot (_publish_known)
     int32_t *item_group  # by item: index of its group among the distinct groups
     Py_hash_t *hash      # by distinct group: hash of its id
     int64_t *priority    # by distinct group: the priority it would be created with
@@ -39,6 +46,9 @@ cdef inline void plan_init(BatchPlan *plan) noexcept:
 
 
 cdef void plan_free(BatchPlan *plan) noexcept:
+    PyMem_Free(plan.item_prio)
+    PyMem_Free(plan.item_hash)
+    PyMem_Free(plan.item_slot)
     PyMem_Free(plan.item_group)
     PyMem_Free(plan.hash)
     PyMem_Free(plan.priority)
@@ -55,6 +65,9 @@ cdef int plan_alloc(BatchPlan *plan, Py_ssize_t items) noexcept:
     """Room for a batch of ``items`` (each array by its largest possible
     size: as many groups and priorities as items); a result code."""
     cdef size_t n = <size_t>items
+    plan.item_prio = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
+    plan.item_hash = <Py_hash_t *>PyMem_Malloc(n * sizeof(Py_hash_t))
+    plan.item_slot = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
     plan.item_group = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
     plan.hash = <Py_hash_t *>PyMem_Malloc(n * sizeof(Py_hash_t))
     plan.priority = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
@@ -64,7 +77,8 @@ cdef int plan_alloc(BatchPlan *plan, Py_ssize_t items) noexcept:
     plan.level_pos = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
     plan.new_prio = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
     plan.new_count = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
-    if (plan.item_group == NULL or plan.hash == NULL or plan.priority == NULL or plan.level == NULL
+    if (plan.item_prio == NULL or plan.item_hash == NULL or plan.item_slot == NULL
+            or plan.item_group == NULL or plan.hash == NULL or plan.priority == NULL or plan.level == NULL
             or plan.slot == NULL or plan.level_prio == NULL or plan.level_pos == NULL or plan.new_prio == NULL
             or plan.new_count == NULL):
         return _NOMEM

@@ -122,6 +122,11 @@ cdef extern from *:
         if (PyList_GET_SIZE(list) > n && PyList_SetSlice(list, n, PyList_GET_SIZE(list), NULL) < 0)
             PyErr_Clear();  /* keep the longer list: len(list) >= capacity still holds */
     }
+    /* The hash of an exact str: the one it caches, else computed (no user code). */
+    static CYTHON_INLINE Py_hash_t lq_cached_hash(PyObject *s) {
+        Py_hash_t h = ((PyASCIIObject *)s)->hash;
+        return h != -1 ? h : PyObject_Hash(s);
+    }
     /* A new reference to list[i]. */
     static CYTHON_INLINE PyObject *lq_list_get(PyObject *list, Py_ssize_t i) {
         PyObject *item = PyList_GET_ITEM(list, i);
@@ -131,12 +136,15 @@ cdef extern from *:
     """
     object lq_list_swap(object lst, Py_ssize_t i, object v)
     object lq_list_get(object lst, Py_ssize_t i)
+    # An owned reference handed over to Cython as it is (no new reference).
+    object lq_steal "(PyObject *)"(PyObject *owned)
     PyObject *lq_list_ref "lq_list_get"(object lst, Py_ssize_t i) noexcept
     int lq_str_eq(PyObject *a, PyObject *b) noexcept
     PyObject *lq_list_take(object lst, Py_ssize_t i) noexcept
     void lq_list_put(object lst, Py_ssize_t i, PyObject *item) noexcept
     void lq_list_truncate(object lst, Py_ssize_t n) noexcept
     Py_hash_t lq_str_hash "PyObject_Hash"(object s) noexcept
+    Py_hash_t lq_cached_hash(PyObject *s) noexcept
     PyObject *PyList_GET_ITEM(object lst, Py_ssize_t i)
 
 
@@ -151,6 +159,7 @@ cdef enum:
     _OK = 0
     _NOMEM = 2
     _FULL = 3
+    _MISSING = 4  # publish_many: a group does not exist yet (nothing changed)
 
 # Storage shrinks (compacting live entries to the front) when less than a
 # quarter of it is in use, down to these sizes.
@@ -695,7 +704,7 @@ cdef class InMemoryTransport:
         """
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef Py_hash_t h = hash(gid)
-        cdef double now = self._now()
+        cdef double now = self._now_for_batch()
         cdef int32_t slot
         cdef GroupView view
         lq_lock(&self._lock)
@@ -726,7 +735,7 @@ cdef class InMemoryTransport:
         Reads the clock and applies expiry first, as ``group`` does.  A group
         forgotten and created again comes after the others.
         """
-        cdef double now = self._now()
+        cdef double now = self._now_for_batch()
         cdef GroupView *views = NULL
         cdef int32_t n = 0, k = 0, s
         cdef bint nomem = 0
@@ -773,56 +782,59 @@ cdef class InMemoryTransport:
         consecutive seqs, under one lock, leaving the transport exactly as
         publishing them one by one would.  Items must be tuples.
         """
-        cdef list batch = list(items)
+        cdef list batch = list(items)  # our own copy: its items are read under the lock
         cdef Py_ssize_t n = len(batch), i
-        cdef int64_t prio, first = 0
+        cdef int64_t first = 0
         cdef int rc = _OK
-        cdef dict known = {}        # group id -> its index among the batch's distinct groups
-        cdef dict levels = {}       # priority -> its index among the distinct priorities
-        cdef list ids = []          # the distinct group ids, in order of first appearance
-        cdef list gids = [None] * n
-        cdef list prios = [None] * n
-        cdef str gid
-        cdef object j, k
+        cdef list ids, out
+        cdef object item
+        cdef PyObject *p
         cdef BatchPlan plan
-        for i in range(n):  # every item checked before anything else
-            gids[i] = _check_item(batch[i], &prio)
-            prios[i] = prio
-        if n == 0:
-            return []
-        if n >= INT32_MAX:
-            raise OverflowError("the transport is full: too many messages or groups")
         plan_init(&plan)
         try:
-            if plan_alloc(&plan, n) != _OK:
+            if n and plan_alloc(&plan, n) != _OK:
                 raise MemoryError()
-            for i in range(n):
-                gid = <str>gids[i]
-                prio = prios[i]
-                j = known.get(gid)
-                if j is None:
-                    j = len(ids)
-                    known[gid] = j
-                    ids.append(gid)
-                    k = levels.get(prio)
-                    if k is None:
-                        k = len(levels)
-                        levels[prio] = k
-                    plan_add_group(&plan, hash(gid), prio, <int32_t>k)
-                plan.item_group[i] = <int32_t>j
+            for i in range(n):  # every item checked before anything else
+                p = PyList_GET_ITEM(batch, i)
+                if (type(<object>p) is tuple and PyTuple_GET_SIZE(<object>p) == 2
+                        and type(<object>PyTuple_GET_ITEM(<object>p, 0)) is str):
+                    plan.item_prio[i] = 0  # the common case, at no cost
+                else:
+                    item = <object>p
+                    gid = _check_item(item, &plan.item_prio[i])
+                    if <PyObject *>gid != PyTuple_GET_ITEM(item, 0):
+                        # a str subclass: the copy holds the exact str instead
+                        batch[i] = (gid, <object>PyTuple_GET_ITEM(item, 1))
+                # the group id, an exact str: its hash runs no user code
+                plan.item_hash[i] = lq_cached_hash(PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0))
+            if n == 0:
+                return []
+            if n >= INT32_MAX:
+                raise OverflowError("the transport is full: too many messages or groups")
             lq_lock(&self._lock)
             try:
-                rc = self._publish_batch(batch, ids, &plan, &first)
+                rc = self._publish_known(batch, &plan, &first)
                 # WAITERS: may make groups claimable
             finally:
                 lq_unlock(&self._lock)
+            if rc == _MISSING:  # new groups: plan them, then publish (nothing changed yet)
+                ids = self._plan_groups(batch, &plan)
+                lq_lock(&self._lock)
+                try:
+                    rc = self._publish_batch(batch, ids, &plan, &first)
+                    # WAITERS: may make groups claimable
+                finally:
+                    lq_unlock(&self._lock)
         finally:
             plan_free(&plan)
         if rc != _OK:
             if rc == _FULL:
                 raise OverflowError("the transport is full: too many messages or groups")
             raise MemoryError()
-        return list(range(first, first + n))
+        out = [None] * n
+        for i in range(n):
+            out[i] = first + i
+        return out
 
     def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Lease]:
         """Up to ``max_count`` leases at one ``now``, one per group.
@@ -835,7 +847,7 @@ cdef class InMemoryTransport:
         cdef str wid
         cdef double vis, now, expires_at = 0.0
         cdef int64_t limit, minp, bound = 0, room
-        cdef int32_t n = 0, i
+        cdef int32_t n = 0, i, built
         cdef int rc = _OK
         cdef Claimed *taken = NULL
         cdef Claimed *c
@@ -847,7 +859,7 @@ cdef class InMemoryTransport:
         vis = _check_duration(visibility, "visibility")
         limit = _check_count(max_count)
         minp = _priority(min_priority, "min_priority")
-        now = self._now()
+        now = self._now_for_batch()
         lq_lock(&self._lock)
         try:
             # Each claim takes another group: at most one per group.  Room
@@ -879,17 +891,18 @@ cdef class InMemoryTransport:
         if rc != _OK:
             PyMem_Free(taken)
             raise MemoryError()
+        built = 0
         try:
-            out = [
-                _issue(taken[i].seq, <object>taken[i].group_id, <object>taken[i].event, wid, expires_at,
-                       taken[i].attempt, self._owner, taken[i].slot)
-                for i in range(n)
-            ]
+            out = [None] * n
+            while built < n:
+                c = &taken[built]
+                built += 1  # its references go to the lease, whatever happens
+                out[built - 1] = _issue(c.seq, lq_steal(c.group_id), lq_steal(c.event), wid, expires_at,
+                                        c.attempt, self._owner, c.slot)
         finally:
-            for i in range(n):
-                c = &taken[i]
-                Py_XDECREF(c.group_id)
-                Py_XDECREF(c.event)
+            for i in range(built, n):
+                Py_XDECREF(taken[i].group_id)
+                Py_XDECREF(taken[i].event)
             PyMem_Free(taken)
         return out
 
@@ -904,22 +917,23 @@ cdef class InMemoryTransport:
         """
         cdef list batch = list(leases)
         cdef Py_ssize_t n = len(batch), i, kept = 0
+        cdef PyObject **spent      # events and group ids (owned): dropped after the lock is released
         cdef uint8_t *lost
-        cdef list spent            # events and group ids: dropped after the lock is released
         cdef list out
         for lease in batch:
             _check_lease(lease)
         if n == 0:
             return []
-        spent = [None] * (2 * n)
-        lost = <uint8_t *>PyMem_Malloc(<size_t>n)
-        if lost == NULL:
+        # One block: 2n references (an event and maybe a group id per lease), n flags.
+        spent = <PyObject **>PyMem_Malloc(<size_t>n * (2 * sizeof(PyObject *) + 1))
+        if spent == NULL:
             raise MemoryError()
+        lost = <uint8_t *>(spent + 2 * n)
         try:
             lq_lock(&self._lock)
             try:
                 for i in range(n):
-                    lost[i] = not self._ack_current(<Lease><object>PyList_GET_ITEM(batch, i), spent, &kept)
+                    lost[i] = not self._ack_current(<Lease>PyList_GET_ITEM(batch, i), spent, &kept)
                 if messages_sparse(&self._messages):
                     self._compact_messages()
                 # WAITERS: may make groups claimable
@@ -927,8 +941,9 @@ cdef class InMemoryTransport:
                 lq_unlock(&self._lock)
             out = [batch[i] for i in range(n) if lost[i]]
         finally:
-            PyMem_Free(lost)
-        del spent  # the events' __del__ may run here, outside the lock
+            for i in range(kept):
+                Py_XDECREF(spent[i])  # the events' __del__ may run here, outside the lock
+            PyMem_Free(spent)
         return out
 
     def __len__(self) -> int:
@@ -963,6 +978,16 @@ cdef class InMemoryTransport:
 
     cdef inline double _now(self) except? -1.0:
         """``clock()``, checked; called before the lock is taken."""
+        if self._wall_clock:
+            return lq_wall_time()
+        value = self._clock()
+        if type(value) is float and <double>value - <double>value == 0.0:
+            return <double>value
+        return _check_time(value)
+
+    cdef double _now_for_batch(self) except? -1.0:
+        """``_now`` for the control plane and the batches: a copy, so that the
+        compiler keeps inlining ``_now`` into the few Part 1 operations."""
         if self._wall_clock:
             return lq_wall_time()
         value = self._clock()
@@ -1089,6 +1114,68 @@ cdef class InMemoryTransport:
         self._idle += 1
         return _OK
 
+    cdef int _publish_known(self, list batch, BatchPlan *plan, int64_t *first) except -1:
+        """``publish_many`` under the lock when every group exists (empty paused
+        ones included): room for the messages, then each item published as
+        ``publish`` would.  A result code, ``_MISSING`` (nothing changed) if
+        some group does not exist; the first seq in ``first[0]``."""
+        cdef Py_ssize_t n = len(batch), i
+        cdef int32_t slot, m
+        cdef int rc
+        cdef Group *g
+        for i in range(n):
+            slot = ids_lookup(
+                &self._ids, self._groups.at, PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0),
+                <uint32_t>plan.item_hash[i],
+            )
+            if slot < 0:
+                return _MISSING
+            plan.item_slot[i] = slot
+        rc = messages_reserve(&self._messages, self._events, n)
+        if rc != _OK:
+            return rc
+        # --- commit: nothing below can fail
+        first[0] = self._seq + 1
+        for i in range(n):
+            slot = plan.item_slot[i]
+            self._seq += 1
+            m = message_add(
+                &self._messages, self._events, self._seq, <object>PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 1),
+            )
+            g = &self._groups.at[slot]
+            if g.count:
+                group_append(&self._messages, g, m)
+            else:  # an empty paused group
+                self._idle -= 1
+                self._refill(slot, m, self._seq)
+        return _OK
+
+    cdef list _plan_groups(self, list batch, BatchPlan *plan):
+        """Before the lock: the batch's distinct groups, in order of first
+        appearance (returned), each with the priority of its first item, and
+        the index of each item's group (``_inmemory_batch.pxi``)."""
+        cdef dict known = {}        # group id -> its index among the distinct groups
+        cdef dict levels = {}       # priority -> its index among the distinct priorities
+        cdef list ids = []
+        cdef Py_ssize_t i
+        cdef object j, k
+        cdef int64_t prio
+        for i in range(len(batch)):
+            gid = <object>PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0)
+            j = known.get(gid)
+            if j is None:
+                j = len(ids)
+                known[gid] = j
+                ids.append(gid)
+                prio = plan.item_prio[i]
+                k = levels.get(prio)
+                if k is None:
+                    k = len(levels)
+                    levels[prio] = k
+                plan_add_group(plan, plan.item_hash[i], prio, <int32_t>k)
+            plan.item_group[i] = <int32_t>j
+        return ids
+
     cdef int _publish_batch(self, list batch, list ids, BatchPlan *plan, int64_t *first) except -1:
         """``publish_many`` under the lock (``_inmemory_batch.pxi``): look the
         groups up, allocate everything the batch needs, then publish each
@@ -1173,10 +1260,10 @@ cdef class InMemoryTransport:
         Py_XINCREF(out.group_id)
         return 1
 
-    cdef bint _ack_current(self, Lease lease, list spent, Py_ssize_t *kept):
+    cdef inline bint _ack_current(self, Lease lease, PyObject **spent, Py_ssize_t *kept) noexcept:
         """One ack of ``ack_many``: false if the lease is not current.  The
-        event (and the id of a group forgotten) go to ``spent[kept[0]...]``,
-        dropped by the caller after the lock."""
+        event (and the id of a group forgotten) go to ``spent[kept[0]...]``
+        (owned references), dropped by the caller after the lock."""
         cdef int32_t slot = self._current(lease)
         cdef Group *g
         if slot < 0:
@@ -1186,13 +1273,15 @@ cdef class InMemoryTransport:
             self._unlock(slot)
         g.open = 0
         g.attempt = 0
-        lq_list_swap(spent, kept[0], group_shift(&self._messages, self._events, g))
+        spent[kept[0]] = group_take(&self._messages, self._events, g)
         kept[0] += 1
         if g.count == 0:
             if g.paused:
                 self._idle += 1  # a paused group is kept, empty
             else:
-                lq_list_swap(spent, kept[0], self._forget(slot))
+                spent[kept[0]] = groups_forget_ref(
+                    &self._groups, self._group_ids, &self._ids, &self._ready, &self._expiry, slot,
+                )
                 kept[0] += 1
         elif not ready_contains(&self._ready, slot) and not g.paused:
             self._make_ready(slot)

@@ -31,8 +31,8 @@
 #
 # Functions: messages_grow, messages_reserve, message_add, messages_sparse /
 # messages_compact; groups_grow, groups_reserve, groups_add, group_append,
-# group_shift, group_clear, group_hold, group_view, groups_forget,
-# groups_compact.
+# group_shift / group_take, group_clear, group_hold, group_view,
+# groups_forget / groups_forget_ref, groups_compact.
 
 
 cdef struct Group:       # forward-declared in _inmemory_ids.pxi
@@ -323,6 +323,19 @@ cdef inline object group_shift(MessageStore *ms, list events, Group *g):
     return spent
 
 
+cdef inline PyObject *group_take(MessageStore *ms, list events, Group *g) noexcept:
+    """``group_shift`` handing back an owned reference to the event, for a
+    C array of them (``ack_many``)."""
+    cdef int32_t m = g.head
+    cdef PyObject *spent = lq_list_take(events, m)
+    g.head = ms.at[m].next
+    ms.at[m].next = ms.free
+    ms.free = m
+    g.count -= 1
+    ms.used -= 1
+    return spent
+
+
 cdef void group_clear(MessageStore *ms, list events, Group *g, PyObject **spent) noexcept:
     """Take every message of group ``g`` out and free their slots; their
     events go to ``spent[0 .. count-1]`` (owned references, which the
@@ -407,6 +420,16 @@ cdef object groups_forget(
     if gs.cap > _MIN_GROUP_CAP and gs.used * 4 < gs.cap:
         groups_compact(gs, group_ids, ids, rs, xh)
     return gid
+
+
+cdef PyObject *groups_forget_ref(
+    GroupStore *gs, list group_ids, IdTable *ids, ReadySet *rs, ExpiryHeap *xh, int32_t slot,
+) noexcept:
+    """``groups_forget`` handing back an owned reference to the id, for a C
+    array of them (``ack_many``)."""
+    cdef object gid = groups_forget(gs, group_ids, ids, rs, xh, slot)
+    Py_XINCREF(<PyObject *>gid)
+    return <PyObject *>gid
 
 
 cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet *rs, ExpiryHeap *xh) noexcept:
