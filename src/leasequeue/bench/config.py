@@ -44,10 +44,15 @@ class BenchConfig:
     seed_max_n: int = SEED_MAX_N_QUICK
     memory_n: Optional[int] = 100_000
     memory_groups: List[str] = field(default_factory=lambda: ["N/10"])
+    #: the batched cycle (``bench/batches.py``): batch sizes, and the N it runs at (G = N/10)
+    batch_sizes: List[int] = field(default_factory=lambda: [1, 16, 64, 256])
+    batch_n: List[int] = field(default_factory=lambda: [10_000, 100_000])
+    #: N of the control-plane measurement (G = N/10); None: skip it
+    control_n: Optional[int] = 100_000
 
     @classmethod
     def quick(cls) -> "BenchConfig":
-        """Default: N in {1k, 10k, 100k}, G = N/10, 5 repeats (under a minute)."""
+        """Default: N in {1k, 10k, 100k}, G = N/10, 5 repeats (about a minute)."""
         return cls()
 
     @classmethod
@@ -62,6 +67,8 @@ class BenchConfig:
             seed_max_n=SEED_MAX_N_FULL,
             memory_n=1_000_000,
             memory_groups=["1", "N/10", "N"],
+            batch_n=[10_000, 1_000_000],
+            control_n=1_000_000,
         )
 
     @classmethod
@@ -76,4 +83,6 @@ class BenchConfig:
             seed_max_n=1_000,
             memory_n=1_000,
             memory_groups=["N/10"],
+            batch_n=[1_000],
+            control_n=1_000,
         )
