@@ -4,41 +4,40 @@
 # A batch must allocate everything it will need before it publishes
 # anything (a MemoryError must leave the transport as it was), and it may
 # create many groups, over many new priority levels.  ``publish_many``
-# checks every item first, keeping each one's priority and id hash here.
-# Then, under the lock, ``InMemoryTransport._publish_known`` looks every
-# group up: when all exist (the common case) it only makes room for the
-# messages and publishes them.  Otherwise, having changed nothing, it lets
-# go of the lock, and ``publish_many`` works out which distinct groups the
-# batch names (in order of first appearance: the order in which new ones
-# will be created) and with which priority each would be created (its first
-# item's); under the lock again ``InMemoryTransport._publish_batch`` looks
-# them up, counts the new groups per priority (``plan_count``), reserves
-# message and group slots, id-table room and level heaps for exactly that,
-# and only then commits, item by item, as ``publish`` would.
+# checks every item first, keeping each one's priority and id hash here,
+# and allocates the plan's arrays.  Under the lock,
+# ``InMemoryTransport._publish_batch`` looks every item's group up; the
+# items whose group does not exist are gathered into distinct *new groups*
+# (``plan_new_group``: a small open-addressing table over them, in order of
+# first appearance, which is the order in which they will be created, each
+# with its first item's priority), and the new groups are counted per
+# priority, the priorities listed in the order of their first new group
+# (``plan_count_level``: the order in which their levels would be created).
+# With those counts it reserves group slots, id-table room and level heaps
+# (``ready_reserve_levels``), then message slots, and only then commits,
+# item by item, as ``publish`` would.  When every group exists (the common
+# case) the plan is just the lookups.
 #
 # The pure twin needs no plan: it adds the items one by one and takes them
 # back if one fails (``InMemoryTransport._add_batch``).
 #
-# Functions: plan_init / plan_alloc / plan_free, plan_add_group, plan_count.
+# Functions: plan_init / plan_alloc / plan_free, plan_new_group,
+# plan_count_level.
 
 
 ctypedef struct BatchPlan:
     int64_t *item_prio   # by item: its priority
     Py_hash_t *item_hash # by item: hash of its group id
-    int32_t *item_slot   # by item: its group's slot (_publish_known)
-    int32_t *item_group  # by item: index of its group among the distinct groups
-    Py_hash_t *hash      # by distinct group: hash of its id
-    int64_t *priority    # by distinct group: the priority it would be created with
-    int32_t *level       # by distinct group: index of that priority among the distinct ones
-    int32_t *slot        # by distinct group: its slot, -1 when it does not exist (set under the lock)
-    int64_t *level_prio  # by distinct priority: the priority
-    int32_t *level_pos   # by distinct priority: its index in new_prio, -1 if no new group has it
+    int32_t *item_slot   # by item: its group's slot, or -1 - j for the j-th new group
+    int32_t *group_first # by new group: its first item
+    int32_t *group_slot  # by new group: its slot once created, -1 before
+    int32_t *group_table # open addressing over the new groups (index, -1 if empty)
     int64_t *new_prio    # the priorities of new groups, in order of their first new group...
     int64_t *new_count   # ...and how many new groups have each
-    int32_t groups       # distinct groups
-    int32_t levels       # distinct priorities
-    int32_t new_levels   # entries of new_prio / new_count
-    int32_t new_groups
+    int32_t *prio_table  # open addressing over new_prio (index, -1 if empty)
+    size_t mask          # both tables' size - 1 (a power of two, at least twice the items)
+    int32_t groups       # new groups
+    int32_t levels       # entries of new_prio / new_count
 
 
 cdef inline void plan_init(BatchPlan *plan) noexcept:
@@ -49,74 +48,83 @@ cdef void plan_free(BatchPlan *plan) noexcept:
     PyMem_Free(plan.item_prio)
     PyMem_Free(plan.item_hash)
     PyMem_Free(plan.item_slot)
-    PyMem_Free(plan.item_group)
-    PyMem_Free(plan.hash)
-    PyMem_Free(plan.priority)
-    PyMem_Free(plan.level)
-    PyMem_Free(plan.slot)
-    PyMem_Free(plan.level_prio)
-    PyMem_Free(plan.level_pos)
+    PyMem_Free(plan.group_first)
+    PyMem_Free(plan.group_slot)
+    PyMem_Free(plan.group_table)
     PyMem_Free(plan.new_prio)
     PyMem_Free(plan.new_count)
+    PyMem_Free(plan.prio_table)
     plan_init(plan)
 
 
 cdef int plan_alloc(BatchPlan *plan, Py_ssize_t items) noexcept:
-    """Room for a batch of ``items`` (each array by its largest possible
-    size: as many groups and priorities as items); a result code."""
+    """Room for a batch of ``items`` (as many new groups and priorities as
+    items at most), the tables empty; a result code."""
     cdef size_t n = <size_t>items
+    cdef size_t size = 16
+    while size < 2 * n:
+        size *= 2
+    plan.mask = size - 1
     plan.item_prio = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
     plan.item_hash = <Py_hash_t *>PyMem_Malloc(n * sizeof(Py_hash_t))
     plan.item_slot = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
-    plan.item_group = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
-    plan.hash = <Py_hash_t *>PyMem_Malloc(n * sizeof(Py_hash_t))
-    plan.priority = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
-    plan.level = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
-    plan.slot = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
-    plan.level_prio = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
-    plan.level_pos = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
+    plan.group_first = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
+    plan.group_slot = <int32_t *>PyMem_Malloc(n * sizeof(int32_t))
+    plan.group_table = <int32_t *>PyMem_Malloc(size * sizeof(int32_t))
     plan.new_prio = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
     plan.new_count = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
-    if (plan.item_prio == NULL or plan.item_hash == NULL or plan.item_slot == NULL
-            or plan.item_group == NULL or plan.hash == NULL or plan.priority == NULL or plan.level == NULL
-            or plan.slot == NULL or plan.level_prio == NULL or plan.level_pos == NULL or plan.new_prio == NULL
-            or plan.new_count == NULL):
+    plan.prio_table = <int32_t *>PyMem_Malloc(size * sizeof(int32_t))
+    if (plan.item_prio == NULL or plan.item_hash == NULL or plan.item_slot == NULL or plan.group_first == NULL
+            or plan.group_slot == NULL or plan.group_table == NULL or plan.new_prio == NULL
+            or plan.new_count == NULL or plan.prio_table == NULL):
         return _NOMEM
+    memset(plan.group_table, 0xFF, size * sizeof(int32_t))  # -1: empty
+    memset(plan.prio_table, 0xFF, size * sizeof(int32_t))
     return _OK
 
 
-cdef inline void plan_add_group(BatchPlan *plan, Py_hash_t h, int64_t prio, int32_t level) noexcept:
-    """One more distinct group (id hash ``h``), created with priority
-    ``prio``, the ``level``-th distinct priority (a new one: ``level ==
-    plan.levels``)."""
-    cdef int32_t j = plan.groups
-    plan.hash[j] = h
-    plan.priority[j] = prio
-    plan.level[j] = level
-    if level == plan.levels:
-        plan.level_prio[level] = prio
-        plan.level_pos[level] = -1
-        plan.levels += 1
+cdef inline PyObject *plan_item_id(list batch, int32_t i) noexcept:
+    """Item ``i``'s group id (borrowed: the batch holds it)."""
+    return PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0)
+
+
+cdef int32_t plan_new_group(BatchPlan *plan, list batch, int32_t i) noexcept:
+    """Item ``i``'s group does not exist: the index of its new group (a new
+    one if no earlier item named it)."""
+    cdef Py_hash_t h = plan.item_hash[i]
+    cdef size_t pos = <size_t>h & plan.mask
+    cdef int32_t j
+    cdef PyObject *gid = plan_item_id(batch, i)
+    while True:
+        j = plan.group_table[pos]
+        if j < 0:
+            break
+        if plan.item_hash[plan.group_first[j]] == h and lq_str_eq(gid, plan_item_id(batch, plan.group_first[j])):
+            return j
+        pos = (pos + 1) & plan.mask
+    j = plan.groups
     plan.groups = j + 1
+    plan.group_table[pos] = j
+    plan.group_first[j] = i
+    plan.group_slot[j] = -1
+    plan_count_level(plan, plan.item_prio[i])
+    return j
 
 
-cdef void plan_count(BatchPlan *plan) noexcept:
-    """With ``slot`` set: count the new groups, and per priority, listing the
-    priorities in the order of their first new group (the order in which
-    their levels would be created)."""
-    cdef int32_t j, k, p
-    plan.new_groups = 0
-    plan.new_levels = 0
-    for j in range(plan.groups):
-        if plan.slot[j] >= 0:
-            continue
-        plan.new_groups += 1
-        k = plan.level[j]
-        p = plan.level_pos[k]
+cdef void plan_count_level(BatchPlan *plan, int64_t prio) noexcept:
+    """One more new group of priority ``prio``."""
+    cdef size_t pos = <size_t>((<uint64_t>prio * <uint64_t>0x9E3779B97F4A7C15) >> 32) & plan.mask
+    cdef int32_t p
+    while True:
+        p = plan.prio_table[pos]
         if p < 0:
-            p = plan.new_levels
-            plan.new_levels += 1
-            plan.level_pos[k] = p
-            plan.new_prio[p] = plan.level_prio[k]
-            plan.new_count[p] = 0
-        plan.new_count[p] += 1
+            break
+        if plan.new_prio[p] == prio:
+            plan.new_count[p] += 1
+            return
+        pos = (pos + 1) & plan.mask
+    p = plan.levels
+    plan.levels = p + 1
+    plan.prio_table[pos] = p
+    plan.new_prio[p] = prio
+    plan.new_count[p] = 1

@@ -57,7 +57,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memset
 
 import time
@@ -159,7 +159,6 @@ cdef enum:
     _OK = 0
     _NOMEM = 2
     _FULL = 3
-    _MISSING = 4  # publish_many: a group does not exist yet (nothing changed)
 
 # Storage shrinks (compacting live entries to the front) when less than a
 # quarter of it is in use, down to these sizes.
@@ -786,7 +785,7 @@ cdef class InMemoryTransport:
         cdef Py_ssize_t n = len(batch), i
         cdef int64_t first = 0
         cdef int rc = _OK
-        cdef list ids, out
+        cdef list out
         cdef object item
         cdef PyObject *p
         cdef BatchPlan plan
@@ -813,18 +812,10 @@ cdef class InMemoryTransport:
                 raise OverflowError("the transport is full: too many messages or groups")
             lq_lock(&self._lock)
             try:
-                rc = self._publish_known(batch, &plan, &first)
+                rc = self._publish_batch(batch, &plan, &first)
                 # WAITERS: may make groups claimable
             finally:
                 lq_unlock(&self._lock)
-            if rc == _MISSING:  # new groups: plan them, then publish (nothing changed yet)
-                ids = self._plan_groups(batch, &plan)
-                lq_lock(&self._lock)
-                try:
-                    rc = self._publish_batch(batch, ids, &plan, &first)
-                    # WAITERS: may make groups claimable
-                finally:
-                    lq_unlock(&self._lock)
         finally:
             plan_free(&plan)
         if rc != _OK:
@@ -1114,23 +1105,30 @@ cdef class InMemoryTransport:
         self._idle += 1
         return _OK
 
-    cdef int _publish_known(self, list batch, BatchPlan *plan, int64_t *first) except -1:
-        """``publish_many`` under the lock when every group exists (empty paused
-        ones included): room for the messages, then each item published as
-        ``publish`` would.  A result code, ``_MISSING`` (nothing changed) if
-        some group does not exist; the first seq in ``first[0]``."""
+    cdef int _publish_batch(self, list batch, BatchPlan *plan, int64_t *first) except -1:
+        """``publish_many`` under the lock (``_inmemory_batch.pxi``): look the
+        groups up, plan the new ones, allocate everything the batch needs,
+        then publish each item as ``publish`` would.  A result code; the
+        first seq in ``first[0]``."""
         cdef Py_ssize_t n = len(batch), i
-        cdef int32_t slot, m
+        cdef int32_t j, slot, m
         cdef int rc
         cdef Group *g
         for i in range(n):
-            slot = ids_lookup(
-                &self._ids, self._groups.at, PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0),
-                <uint32_t>plan.item_hash[i],
-            )
+            slot = ids_lookup(&self._ids, self._groups.at, plan_item_id(batch, i), <uint32_t>plan.item_hash[i])
             if slot < 0:
-                return _MISSING
+                slot = -1 - plan_new_group(plan, batch, i)
             plan.item_slot[i] = slot
+        if plan.groups:
+            rc = groups_reserve(&self._groups, self._group_ids, &self._ready, &self._expiry, plan.groups)
+            if rc != _OK:
+                return rc
+            rc = ids_reserve(&self._ids, self._groups.used + plan.groups)
+            if rc != _OK:
+                return rc
+            rc = ready_reserve_levels(&self._ready, plan.new_prio, plan.new_count, plan.levels)
+            if rc != _OK:
+                return rc
         rc = messages_reserve(&self._messages, self._events, n)
         if rc != _OK:
             return rc
@@ -1138,6 +1136,15 @@ cdef class InMemoryTransport:
         first[0] = self._seq + 1
         for i in range(n):
             slot = plan.item_slot[i]
+            if slot < 0:  # a new group: created by its first item
+                j = -1 - slot
+                slot = plan.group_slot[j]
+                if slot < 0:
+                    slot = self._new_group(
+                        <str>plan_item_id(batch, i), plan.item_hash[i], plan.item_prio[i],
+                        ready_find_level(&self._ready, plan.item_prio[i]),
+                    )
+                    plan.group_slot[j] = slot
             self._seq += 1
             m = message_add(
                 &self._messages, self._events, self._seq, <object>PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 1),
@@ -1145,85 +1152,8 @@ cdef class InMemoryTransport:
             g = &self._groups.at[slot]
             if g.count:
                 group_append(&self._messages, g, m)
-            else:  # an empty paused group
-                self._idle -= 1
-                self._refill(slot, m, self._seq)
-        return _OK
-
-    cdef list _plan_groups(self, list batch, BatchPlan *plan):
-        """Before the lock: the batch's distinct groups, in order of first
-        appearance (returned), each with the priority of its first item, and
-        the index of each item's group (``_inmemory_batch.pxi``)."""
-        cdef dict known = {}        # group id -> its index among the distinct groups
-        cdef dict levels = {}       # priority -> its index among the distinct priorities
-        cdef list ids = []
-        cdef Py_ssize_t i
-        cdef object j, k
-        cdef int64_t prio
-        for i in range(len(batch)):
-            gid = <object>PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0)
-            j = known.get(gid)
-            if j is None:
-                j = len(ids)
-                known[gid] = j
-                ids.append(gid)
-                prio = plan.item_prio[i]
-                k = levels.get(prio)
-                if k is None:
-                    k = len(levels)
-                    levels[prio] = k
-                plan_add_group(plan, plan.item_hash[i], prio, <int32_t>k)
-            plan.item_group[i] = <int32_t>j
-        return ids
-
-    cdef int _publish_batch(self, list batch, list ids, BatchPlan *plan, int64_t *first) except -1:
-        """``publish_many`` under the lock (``_inmemory_batch.pxi``): look the
-        groups up, allocate everything the batch needs, then publish each
-        item as ``publish`` would.  A result code; the first seq in ``first[0]``."""
-        cdef Py_ssize_t n = len(batch), i
-        cdef int32_t j, slot, m
-        cdef bint fresh
-        cdef int rc
-        cdef Group *g
-        cdef PyObject *item
-        for j in range(plan.groups):
-            plan.slot[j] = ids_lookup(
-                &self._ids, self._groups.at, PyList_GET_ITEM(ids, j), <uint32_t>plan.hash[j],
-            )
-        plan_count(plan)
-        rc = messages_reserve(&self._messages, self._events, n)
-        if rc != _OK:
-            return rc
-        if plan.new_groups:
-            rc = groups_reserve(&self._groups, self._group_ids, &self._ready, &self._expiry, plan.new_groups)
-            if rc != _OK:
-                return rc
-            rc = ids_reserve(&self._ids, self._groups.used + plan.new_groups)
-            if rc != _OK:
-                return rc
-            rc = ready_reserve_levels(&self._ready, plan.new_prio, plan.new_count, plan.new_levels)
-            if rc != _OK:
-                return rc
-        # --- commit: nothing below can fail
-        first[0] = self._seq + 1
-        for i in range(n):
-            item = PyList_GET_ITEM(batch, i)
-            j = plan.item_group[i]
-            slot = plan.slot[j]
-            fresh = slot < 0
-            if fresh:
-                slot = self._new_group(
-                    <str>PyList_GET_ITEM(ids, j), plan.hash[j], plan.priority[j],
-                    ready_find_level(&self._ready, plan.priority[j]),
-                )
-                plan.slot[j] = slot
-            self._seq += 1
-            m = message_add(&self._messages, self._events, self._seq, <object>PyTuple_GET_ITEM(<object>item, 1))
-            g = &self._groups.at[slot]
-            if g.count:
-                group_append(&self._messages, g, m)
             else:  # a new group, or an empty paused one
-                if not fresh:
+                if plan.item_slot[i] >= 0:
                     self._idle -= 1
                 self._refill(slot, m, self._seq)
         return _OK
