@@ -13,7 +13,11 @@ own (included below, in the order of the pure module's sections):
   (slot, 32 bits of the id's hash) pairs, 8 bytes an entry
   (``_inmemory_ids.pxi``); the group keeps a borrowed pointer to its id,
   whose reference a list by slot owns.  Only a group's head message can be
-  leased or parked, so lock state lives on the group.
+  leased or parked, so lock state lives on the group, with its pause.  A
+  paused group may hold no message (a slot is in use while its id is set).
+  Beside the records, by slot: the worker of the group's latest claim (for
+  ``group()``) and a doubly linked list of the groups in creation order
+  (for ``groups()``).
 * messages (``_inmemory_storage.pxi``): an array of packed 12-byte
   ``Message`` records (``seq`` and ``next``: a singly linked FIFO per
   group), events in a ``list`` indexed by the same slot so the garbage
@@ -24,6 +28,8 @@ own (included below, in the order of the pure module's sections):
   is one walk).
 * locked groups with a finite expiry (``_inmemory_expiry.pxi``): an indexed
   min-heap keyed by expiry.
+* a ``publish_many`` batch (``_inmemory_batch.pxi``): what it works out
+  before publishing anything (its new groups, and how many per priority).
 
 Each structure is a C struct the transport holds, with ``cdef ...
 noexcept`` functions (``inline`` where hot) taking a pointer to it
@@ -35,7 +41,13 @@ Memory is only allocated before anything changes, so a ``MemoryError``
 leaves the transport as it was: ``publish`` grows the message, group, id
 table and level arrays first and reserves a ready-heap slot for every group
 of a level; ``claim``, ``nack`` and ``extend`` first make room for one more
-expiry entry.  ``ack``, expiry and ``stats`` never need memory.  Storage is
+expiry entry.  ``ack``, expiry and ``stats`` never need memory.  Of the
+control plane and the batches: ``pause`` of an unknown group and
+``set_priority`` reserve as ``publish`` does; ``publish_many`` reserves for
+the whole batch (messages, new groups, their levels); ``claim_many`` makes
+room for all its claims (records and expiry entries, which the expiries it
+applies first must not give back); ``purge``, ``groups`` and ``ack_many``
+allocate the arrays that carry what they release or report past the lock.  Storage is
 given back when a backlog drains: when under a quarter of the message or
 group slots is in use, ``ack`` renumbers the live ones into arrays half as
 full (amortised O(1); a lease whose group moved is found again by its id),
@@ -46,8 +58,8 @@ before 3.13, see ``lq_mutex`` below for why that is sound and faster).  No
 user code runs under it and no object the garbage collector tracks is
 allocated under it (a collection could run a finaliser that calls back into
 this transport): the clock is read and str subclasses are converted before
-it, leases, results and exceptions are built after it, and the reference to
-an acked event is dropped after it.
+it, leases, results and exceptions are built after it, and the references
+to acked and purged events are dropped after it.
 """
 
 cimport cython
