@@ -670,3 +670,64 @@ def test_stats_has_five_named_fields(transport: Any) -> None:
     stats: Optional[TransportStats] = transport.stats()
     assert stats is not None and stats._fields == ("messages", "groups", "leased", "parked", "paused")
     assert type(stats) is TransportStats
+
+
+# -- waking a waiting claim (once "waiting for work" has landed) ---------------------
+
+
+def _waits(t: Any) -> bool:
+    """Does this transport have ``claim(..., timeout=)`` (SPEC Part 2, waiting)?"""
+    try:
+        t.claim("probe", 0.0, INT64_MAX, timeout=0.0)
+    except TypeError:
+        return False
+    return True
+
+
+def _waiter(t: Any, min_priority: int = 0) -> Any:
+    """A thread in ``claim(timeout=10)``; ``.result`` holds what it returned."""
+    import threading
+    import time
+
+    box: List[Any] = []
+    thread = threading.Thread(target=lambda: box.append(t.claim("waiter", 60, min_priority, timeout=10)), daemon=True)
+    thread.start()
+    time.sleep(0.2)
+    assert thread.is_alive() and not box, "the claim did not wait: nothing was claimable"
+    thread.result = box  # type: ignore[attr-defined]
+    return thread
+
+
+WAKE_UPS = {  # (what blocks the group, what wakes the waiter, the waiter's floor)
+    "resume of a pause": (lambda t: t.pause("g"), lambda t, _: t.resume("g"), 0),
+    "resume of a park": (lambda t: t.nack(t.claim("w", 10), 3600), lambda t, _: t.resume("g"), 0),
+    "set_priority": (lambda t: None, lambda t, _: t.set_priority("g", 5), 5),
+    "publish_many": (lambda t: t.purge("g"), lambda t, _: t.publish_many([("g", "e")]), 0),
+    "ack_many": (lambda t: t.claim("w", 10), lambda t, lease: t.ack_many([lease]), 0),
+}
+
+
+@pytest.mark.parametrize("case", list(WAKE_UPS))
+def test_control_plane_and_batches_wake_a_waiting_claim(transport: Any, case: str) -> None:
+    """SPEC: resume and set_priority make a group claimable and wake a waiter;
+    so do publish_many and ack_many, as publish and ack do.  Skipped (not
+    passed) while the transport cannot wait: it runs once claim(timeout=)
+    has landed."""
+    t = transport
+    if not _waits(t):
+        pytest.skip("claim(timeout=) has not landed on this branch yet: nothing can wait")
+    block, wake, floor = WAKE_UPS[case]
+    t.publish("g", "e")
+    t.publish("g", "second")
+    state = block(t)
+    thread = _waiter(t, floor)
+    assert wake(t, state) not in (False, 0)
+    thread.join(10)
+    assert not thread.is_alive(), "the waiting claim was not woken"
+    assert thread.result and thread.result[0] is not None  # type: ignore[attr-defined]
+
+
+def test_claim_many_never_waits(transport: Any) -> None:
+    with pytest.raises(TypeError):
+        transport.claim_many("w", 10, 1, 0, timeout=1.0)
+    assert transport.claim_many("w", 10, 5) == []  # nothing there: at once
