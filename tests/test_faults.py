@@ -5,7 +5,8 @@ and ``stats()`` agree with what was published and acked, and every message
 still held can be claimed and acked, with its own event, exactly once.
 
 The row-by-row bad-input table and the single-call "a bad clock changes
-nothing" checks live in test_bad_input.py / test_rules.py; this file covers
+nothing" checks live in the conformance kit (``leasequeue.testing``, run by
+test_contract_inmemory.py); this file covers
 faults under concurrency, ``KeyboardInterrupt``, ``MemoryError``, finalisers
 and other user code that re-enters the transport, and hostile subclasses.
 """
