@@ -67,7 +67,7 @@ from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_XDECREF, Py_XINCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memset
@@ -82,7 +82,6 @@ __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 cdef str _PARKED_STR = PARKED
 cdef object _time_time = time.time
 cdef double _INF = float("inf")
-cdef object _tuple_new = tuple.__new__
 
 
 cdef extern from "_lq_build.h":
@@ -139,6 +138,16 @@ cdef extern from *:
         Py_hash_t h = ((PyASCIIObject *)s)->hash;
         return h != -1 ? h : PyObject_Hash(s);
     }
+    /* A new, empty instance of a tuple subclass (a named tuple) with n items,
+       to be filled with PyTuple_SET_ITEM: what tuple.__new__(cls, items)
+       makes, without the intermediate tuple and the call. */
+    static PyObject *lq_new_record(PyObject *type, Py_ssize_t n) {
+        return ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, n);
+    }
+    /* Store an owned reference in a fresh record (no old item to release). */
+    static CYTHON_INLINE void lq_record_put(PyObject *record, Py_ssize_t i, PyObject *item) {
+        PyTuple_SET_ITEM(record, i, item);
+    }
     /* A new reference to list[i]. */
     static CYTHON_INLINE PyObject *lq_list_get(PyObject *list, Py_ssize_t i) {
         PyObject *item = PyList_GET_ITEM(list, i);
@@ -148,6 +157,8 @@ cdef extern from *:
     """
     object lq_list_swap(object lst, Py_ssize_t i, object v)
     object lq_list_get(object lst, Py_ssize_t i)
+    object lq_new_record(object type, Py_ssize_t n)
+    void lq_record_put(object record, Py_ssize_t i, object item)  # steals: INCREF first
     # An owned reference handed over to Cython as it is (no new reference).
     object lq_steal "(PyObject *)"(PyObject *owned)
     PyObject *lq_list_ref "lq_list_get"(object lst, Py_ssize_t i) noexcept
@@ -195,9 +206,15 @@ include "_inmemory_storage.pxi"     # MessageStore, GroupStore: the records, gro
 include "_inmemory_batch.pxi"       # BatchPlan: what publish_many works out before the lock
 
 
+cdef inline void _put(object record, Py_ssize_t i, object item):
+    Py_INCREF(item)
+    lq_record_put(record, i, item)
+
+
 cdef object _group_info(const GroupView *view):
     """The ``GroupInfo`` of a view (its references stay the caller's)."""
     cdef object state, worker, expires_at = None, attempt = None
+    cdef object info
     if view.lock == _LEASED:
         state = "leased"
         worker = <object>view.holder
@@ -210,18 +227,18 @@ cdef object _group_info(const GroupView *view):
     if view.lock != _FREE:
         expires_at = view.expires_at
         attempt = view.attempt
-    return _tuple_new(GroupInfo, (
-        <object>view.gid,
-        view.priority,
-        view.messages,
-        state,
-        bool(view.paused),
-        view.head_seq if view.messages else None,
-        worker,
-        expires_at,
-        attempt,
-        view.claimed_at if view.claimed else None,
-    ))
+    info = lq_new_record(GroupInfo, 10)
+    _put(info, 0, <object>view.gid)
+    _put(info, 1, view.priority)
+    _put(info, 2, view.messages)
+    _put(info, 3, state)
+    _put(info, 4, True if view.paused else False)
+    _put(info, 5, view.head_seq if view.messages else None)
+    _put(info, 6, worker)
+    _put(info, 7, expires_at)
+    _put(info, 8, attempt)
+    _put(info, 9, view.claimed_at if view.claimed else None)
+    return info
 
 
 # -------------------------------------------------------------- transport
