@@ -697,7 +697,7 @@ cdef class InMemoryTransport:
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef Py_hash_t h = hash(gid)
         cdef int32_t slot
-        cdef bint lifted = 0
+        cdef bint lifted = 0, ready = 0
         cdef Group *g
         cdef object spent_id = None  # released after the lock
         lq_lock(&self._lock)
@@ -717,9 +717,11 @@ cdef class InMemoryTransport:
                         spent_id = self._forget(slot)
                     elif g.lock == _FREE and not ready_contains(&self._ready, slot):
                         self._make_ready(slot)
-                        # WAITERS: may make groups claimable
+                        ready = 1
         finally:
             lq_unlock(&self._lock)
+        if ready and self._wq.count:  # the group is claimable now
+            self._serve_waiters(0.0, 0)
         return lifted
 
     def purge(self, group_id: str) -> int:
@@ -767,16 +769,19 @@ cdef class InMemoryTransport:
         cdef Py_hash_t h = hash(gid)
         cdef int32_t slot
         cdef int rc = _OK
+        cdef bint moved = 0
         lq_lock(&self._lock)
         try:
             slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
             if slot >= 0 and self._ready.levels[self._groups.at[slot].level].priority != prio:
                 rc = self._set_level(slot, prio)
-                # WAITERS: may make groups claimable
+                moved = rc == _OK and ready_contains(&self._ready, slot)
         finally:
             lq_unlock(&self._lock)
         if rc != _OK:
             raise MemoryError()
+        if moved and self._wq.count:  # a waiting claim's floor may admit it now
+            self._serve_waiters(0.0, 0)
         return slot >= 0
 
     def group(self, group_id: str) -> Optional[GroupInfo]:
@@ -789,7 +794,7 @@ cdef class InMemoryTransport:
         """
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef Py_hash_t h = hash(gid)
-        cdef double now = self._now_for_batch()
+        cdef double now = self._read_clock()
         cdef int32_t slot
         cdef GroupView view
         lq_lock(&self._lock)
@@ -800,19 +805,21 @@ cdef class InMemoryTransport:
                 self._time = now
             if expiry_due(&self._expiry, now):
                 self._expire(now)
-                # WAITERS: may make groups claimable
             slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
             if slot >= 0:
                 group_view(&self._groups, &self._messages, &self._ready, slot, &view)
         finally:
             lq_unlock(&self._lock)
-        if slot < 0:
-            return None
-        try:
-            return _group_info(&view)
-        finally:
-            Py_XDECREF(view.gid)
-            Py_XDECREF(view.holder)
+        info = None
+        if slot >= 0:
+            try:
+                info = _group_info(&view)
+            finally:
+                Py_XDECREF(view.gid)
+                Py_XDECREF(view.holder)
+        if self._wq.count:  # expiry may have freed groups
+            self._serve_waiters(now, 1)
+        return info
 
     def groups(self) -> List[GroupInfo]:
         """Every group now, in the order the groups were created: O(G).
@@ -820,7 +827,7 @@ cdef class InMemoryTransport:
         Reads the clock and applies expiry first, as ``group`` does.  A group
         forgotten and created again comes after the others.
         """
-        cdef double now = self._now_for_batch()
+        cdef double now = self._read_clock()
         cdef GroupView *views = NULL
         cdef int32_t n = 0, k = 0, s
         cdef bint nomem = 0
@@ -838,7 +845,6 @@ cdef class InMemoryTransport:
                     self._time = now
                 if expiry_due(&self._expiry, now):
                     self._expire(now)
-                    # WAITERS: may make groups claimable
                 s = self._groups.oldest
                 while s >= 0:
                     group_view(&self._groups, &self._messages, &self._ready, s, &views[k])
@@ -855,6 +861,8 @@ cdef class InMemoryTransport:
                 Py_XDECREF(views[s].gid)
                 Py_XDECREF(views[s].holder)
             PyMem_Free(views)
+        if self._wq.count:  # expiry may have freed groups
+            self._serve_waiters(now, 1)
         return out
 
     # -------------------------------------------------------------- batches
@@ -899,7 +907,6 @@ cdef class InMemoryTransport:
             lq_lock(&self._lock)
             try:
                 rc = self._publish_batch(batch, &plan, &first)
-                # WAITERS: may make groups claimable
             finally:
                 lq_unlock(&self._lock)
         finally:
@@ -908,6 +915,8 @@ cdef class InMemoryTransport:
             if rc == _FULL:
                 raise OverflowError("the transport is full: too many messages or groups")
             raise MemoryError()
+        if self._wq.count:
+            self._serve_waiters(0.0, 0)
         out = [None] * n
         for i in range(n):
             out[i] = first + i
@@ -936,7 +945,7 @@ cdef class InMemoryTransport:
         vis = _check_duration(visibility, "visibility")
         limit = _check_count(max_count)
         minp = _priority(min_priority, "min_priority")
-        now = self._now_for_batch()
+        now = self._read_clock()
         lq_lock(&self._lock)
         try:
             # Each claim takes another group: at most one per group.  Room
@@ -962,7 +971,6 @@ cdef class InMemoryTransport:
                 expires_at = now + vis
                 while n < bound and self._claim_next(<PyObject *>wid, now, expires_at, minp, &taken[n]):
                     n += 1
-                # WAITERS: may make groups claimable (expiries not claimed here)
         finally:
             lq_unlock(&self._lock)
         if rc != _OK:
@@ -981,6 +989,8 @@ cdef class InMemoryTransport:
                 Py_XDECREF(taken[i].group_id)
                 Py_XDECREF(taken[i].event)
             PyMem_Free(taken)
+        if self._wq.count:  # expiries it did not claim; its leases may expire first
+            self._serve_waiters(now, 1)
         return out
 
     def ack_many(self, leases: Iterable[Lease]) -> List[Lease]:
@@ -1013,7 +1023,6 @@ cdef class InMemoryTransport:
                     lost[i] = not self._ack_current(<Lease>PyList_GET_ITEM(batch, i), spent, &kept)
                 if messages_sparse(&self._messages):
                     self._compact_messages()
-                # WAITERS: may make groups claimable
             finally:
                 lq_unlock(&self._lock)
             out = [batch[i] for i in range(n) if lost[i]]
@@ -1021,6 +1030,8 @@ cdef class InMemoryTransport:
             for i in range(kept):
                 Py_XDECREF(spent[i])  # the events' __del__ may run here, outside the lock
             PyMem_Free(spent)
+        if len(out) < n and self._wq.count:  # an ack may expose a group's next message
+            self._serve_waiters(0.0, 0)
         return out
 
     def __len__(self) -> int:
@@ -1103,9 +1114,11 @@ cdef class InMemoryTransport:
             return <double>value
         return _check_time(value)
 
-    cdef double _now_for_batch(self) except? -1.0:
-        """``_now`` for the control plane and the batches: a copy, so that the
-        compiler keeps inlining ``_now`` into the few Part 1 operations."""
+    cdef double _read_clock(self) except? -1.0:
+        """``_now`` for everything but the Part 1 operations (the control
+        plane, the batches, the waiting paths): a copy, so that the compiler
+        keeps inlining ``_now`` into those (it stops when ``_now`` has more
+        callers)."""
         if self._wall_clock:
             return lq_wall_time()
         value = self._clock()
@@ -1437,13 +1450,6 @@ cdef class InMemoryTransport:
         """``claim`` with a non-zero ``timeout``: ``_waiting.claim_wait``."""
         return _claim_wait(self, wid, vis, minp, wait)
 
-    cdef double _read_clock(self) except? -1.0:
-        """``_now`` for the waiting paths, apart so that ``_now`` stays inlined
-        in the operations (gcc stops inlining it when it has more callers)."""
-        if self._wall_clock:
-            return lq_wall_time()
-        return _check_time(self._clock())
-
     cdef int _serve_waiters(self, double now, bint have_now) except -1:
         """THE ENTRY POINT (see _inmemory_waiters.pxi): serve the waiting claims.
 
@@ -1580,7 +1586,8 @@ cdef class InMemoryTransport:
         g.open = w.prev_open
         g.key = w.prev_key
         g.claimed_at = w.prev_claimed_at
-        self._make_ready(slot)  # control plane (merge): not if the group was paused meanwhile
+        if not g.paused:  # paused meanwhile: it stays out of the ready set until resumed
+            self._make_ready(slot)
         return 1
 
     cdef inline bint _promise(self, _Waiter w) noexcept:

@@ -454,6 +454,13 @@ def _view(group: _Group) -> Tuple[Any, ...]:
 #     if self._nwaiting:
 #         self._serve_waiters(now)    # its clock reading, or None if it read none
 #
+# ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` make that
+# call (and so read the clock) only when they made a group claimable: a
+# group made ready, a ready group moved to another priority, a non-empty
+# batch, an ack done.  ``pause`` and ``purge`` make nothing claimable; a
+# purge may drop the expiry the timer is armed for, which then fires, finds
+# nothing due and re-arms for the next one (as after an ack).
+#
 # With nobody waiting that test is the whole cost.  ``_nwaiting`` is read
 # without the lock, which is enough: a waiting claim queues itself and serves
 # the queue in one locked step, so either that step sees the operation's
@@ -938,7 +945,7 @@ class InMemoryTransport:
             self._busy = True
             try:
                 group = self._groups.get(group_id)
-                lifted = False
+                lifted = ready = False
                 if group is not None:
                     parked = group.lock == _PARKED
                     lifted = group.paused or parked
@@ -956,9 +963,11 @@ class InMemoryTransport:
                                 self._paused -= 1
                             if parked:
                                 self._unlock(group)  # the park ends; the attempt count stays
-                            # WAITERS: may make groups claimable
+                            ready = group.ready_key is not None
             finally:
                 self._settle()
+        if ready and self._nwaiting:  # the group is claimable now
+            self._serve_waiters(None)
         return lifted
 
     def purge(self, group_id: str) -> int:
@@ -1005,13 +1014,15 @@ class InMemoryTransport:
             self._busy = True
             try:
                 group = self._groups.get(group_id)
-                found = group is not None
+                moved = False
                 if group is not None and group.level.priority != priority:
                     self._set_level(group, priority)
-                    # WAITERS: may make groups claimable
+                    moved = group.ready_key is not None
             finally:
                 self._settle()
-        return found
+        if moved and self._nwaiting:  # a waiting claim's floor may admit it now
+            self._serve_waiters(None)
+        return group is not None
 
     def group(self, group_id: str) -> Optional[GroupInfo]:
         """What group ``group_id`` is doing now, or ``None`` if there is no such group.
@@ -1036,11 +1047,12 @@ class InMemoryTransport:
                 expiry = self._expiry
                 if expiry and expiry[0][0] < now:
                     self._expire(now)
-                    # WAITERS: may make groups claimable
                 group = self._groups.get(group_id)
                 view = None if group is None else _view(group)
             finally:
                 self._settle()
+        if self._nwaiting:  # expiry may have freed groups
+            self._serve_waiters(now)
         return None if view is None else GroupInfo(*view)
 
     def groups(self) -> List[GroupInfo]:
@@ -1062,10 +1074,11 @@ class InMemoryTransport:
                 expiry = self._expiry
                 if expiry and expiry[0][0] < now:
                     self._expire(now)
-                    # WAITERS: may make groups claimable
                 views = [_view(group) for group in self._groups.values()]
             finally:
                 self._settle()
+        if self._nwaiting:  # expiry may have freed groups
+            self._serve_waiters(now)
         return [GroupInfo(*view) for view in views]
 
     # -------------------------------------------------------------- batches
@@ -1093,9 +1106,10 @@ class InMemoryTransport:
                     if self._seq == first + count - 1:  # nothing published since: free again
                         self._seq = first - 1
                     raise
-                # WAITERS: may make groups claimable
             finally:
                 self._settle()
+        if count and self._nwaiting:
+            self._serve_waiters(None)
         return list(range(first, first + count))
 
     def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Lease]:
@@ -1137,9 +1151,10 @@ class InMemoryTransport:
                     if claimed is None:
                         break
                     taken.append(claimed)
-                # WAITERS: may make groups claimable (expiries not claimed here)
             finally:
                 self._settle()
+        if self._nwaiting:  # expiries it did not claim; its leases may expire first
+            self._serve_waiters(now)
         owner = self._owner
         return [_issue(seq, group_id, event, worker_id, expires_at, attempt, owner)
                 for seq, group_id, event, attempt in taken]
@@ -1167,11 +1182,12 @@ class InMemoryTransport:
                     group = self._current(lease)
                     if group is not None:
                         spent[i] = self._ack_current(group)
-                # WAITERS: may make groups claimable
             finally:
                 self._settle()
         lost = [lease for lease, gone in zip(batch, spent) if gone is None]
         del spent  # the events' __del__ may run here, outside the lock
+        if len(lost) < len(batch) and self._nwaiting:  # an ack may expose a group's next message
+            self._serve_waiters(None)
         return lost
 
     def __copy__(self) -> "InMemoryTransport":
@@ -1763,7 +1779,8 @@ class InMemoryTransport:
         group.open = w.prev_open
         group.key = w.prev_key
         group.last_claimed_at = w.prev_claimed_at
-        self._make_ready(group)  # control plane (merge): not if the group was paused meanwhile
+        if not group.paused:  # paused meanwhile: it stays out of the ready set until resumed
+            self._make_ready(group)
         return True
 
     def _enqueue(self, w: _Waiter) -> None:
