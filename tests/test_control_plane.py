@@ -672,16 +672,7 @@ def test_stats_has_five_named_fields(transport: Any) -> None:
     assert type(stats) is TransportStats
 
 
-# -- waking a waiting claim (once "waiting for work" has landed) ---------------------
-
-
-def _waits(t: Any) -> bool:
-    """Does this transport have ``claim(..., timeout=)`` (SPEC Part 2, waiting)?"""
-    try:
-        t.claim("probe", 0.0, INT64_MAX, timeout=0.0)
-    except TypeError:
-        return False
-    return True
+# -- waking a waiting claim --------------------------------------------------------
 
 
 def _waiter(t: Any, min_priority: int = 0) -> Any:
@@ -710,12 +701,8 @@ WAKE_UPS = {  # (what blocks the group, what wakes the waiter, the waiter's floo
 @pytest.mark.parametrize("case", list(WAKE_UPS))
 def test_control_plane_and_batches_wake_a_waiting_claim(transport: Any, case: str) -> None:
     """SPEC: resume and set_priority make a group claimable and wake a waiter;
-    so do publish_many and ack_many, as publish and ack do.  Skipped (not
-    passed) while the transport cannot wait: it runs once claim(timeout=)
-    has landed."""
+    so do publish_many and ack_many, as publish and ack do."""
     t = transport
-    if not _waits(t):
-        pytest.skip("claim(timeout=) has not landed on this branch yet: nothing can wait")
     block, wake, floor = WAKE_UPS[case]
     t.publish("g", "e")
     t.publish("g", "second")
