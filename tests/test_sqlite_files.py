@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import leasequeue
-from helpers import FakeClock
 from leasequeue import EventDecodeError, LeaseLost, LeaseQueueError, SQLiteTransport
 from leasequeue._inmemory_py import Lease as PyLease
+from leasequeue.testing import ManualClock
 
 
 def snapshot(path: Any) -> dict[str, bytes]:
@@ -335,20 +335,29 @@ def test_a_lease_of_another_file_is_refused(tmp_path: Any) -> None:
 
 
 def test_a_closed_transport_refuses_every_call(tmp_path: Any) -> None:
-    t = SQLiteTransport(tmp_path / "q.db")
+    """After close(): a waiting claim returns None without reading the clock
+    or touching the file (the worker loop ends); every other call raises
+    LeaseQueueError saying the transport is closed, also before reading the
+    clock; the file keeps everything."""
+    clock = ManualClock()
+    t = SQLiteTransport(tmp_path / "q.db", clock=clock)
     t.publish("a", 1)
     lease = t.claim("w", 10)
     t.close()
     t.close()
     assert t.closed
-    for call in (lambda: t.publish("a", 1), lambda: t.claim("w", 1), lambda: t.ack(lease), lambda: t.nack(lease),
-                 lambda: t.extend(lease, 1), lambda: t.stats(), lambda: len(t), lambda: t.pause("a"),
-                 lambda: t.resume("a"), lambda: t.purge("a"), lambda: t.set_priority("a", 1),
-                 lambda: t.group("a"), lambda: t.groups(), lambda: t.publish_many([("a", 1)]),
-                 lambda: t.claim_many("w", 1, 1), lambda: t.ack_many([lease]), lambda: t.claim("w", 1, timeout=1)):
-        with pytest.raises(LeaseQueueError, match="closed"):
-            call()
-    with SQLiteTransport(tmp_path / "q.db") as again:
+    with clock.misbehave(RuntimeError("the clock was read")):
+        assert t.claim("w", 1, timeout=1) is None
+        assert t.claim("w", 1, timeout=None) is None
+        for call in (lambda: t.publish("a", 1), lambda: t.claim("w", 1), lambda: t.ack(lease), lambda: t.nack(lease),
+                     lambda: t.nack(lease, 5), lambda: t.extend(lease, 1), lambda: t.stats(), lambda: len(t),
+                     lambda: t.pause("a"), lambda: t.resume("a"), lambda: t.purge("a"), lambda: t.set_priority("a", 1),
+                     lambda: t.group("a"), lambda: t.groups(), lambda: t.publish_many([("a", 1)]),
+                     lambda: t.publish_many([]), lambda: t.claim_many("w", 1, 1), lambda: t.ack_many([lease]),
+                     lambda: t.ack_many([])):
+            with pytest.raises(LeaseQueueError, match="closed"):
+                call()
+    with SQLiteTransport(tmp_path / "q.db", clock=clock) as again:
         again.ack(lease)  # nothing was lost
 
 
@@ -376,7 +385,7 @@ def test_a_transport_does_not_cross_fork(tmp_path: Any) -> None:
 
 
 def test_threads_share_one_transport(tmp_path: Any) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     with SQLiteTransport(tmp_path / "q.db", clock=clock) as t:
         t.publish_many([(f"g{i % 50}", i) for i in range(2000)])
         seen: list[int] = []

@@ -31,6 +31,7 @@ HOT = {
     "use_time": (5.0,),
     "use_time_and_claims": (5.0, 1),
     "use_time_only": (5.0,),
+    "take_claims": (1,),
     "now": (),
     "find_claimable": (0,),
     "find_claimable_many": (0, 64),

@@ -342,6 +342,22 @@ def _check_count(value: Any) -> int:
     return value
 
 
+def _check_item(item: Any) -> Tuple[str, Any, int]:
+    """One ``publish_many`` item (docs/decisions.md): a tuple, read as the
+    tuple it is (a named tuple's own methods are not called), of 2 or 3 fields."""
+    if not isinstance(item, tuple):
+        raise TypeError(
+            f"publish_many() items must be (group_id, event) or (group_id, event, priority) tuples, "
+            f"not {type(item).__name__}"
+        )
+    size = tuple.__len__(item)
+    if size != 2 and size != 3:
+        raise ValueError(f"a publish_many() item has 2 or 3 fields, not {size}")
+    group_id = check_id(tuple.__getitem__(item, 0), "group_id")
+    priority = check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
+    return group_id, tuple.__getitem__(item, 1), priority
+
+
 def _info(row: Tuple[Any, ...]) -> GroupInfo:
     group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, claimed_at = row
     if lock == 1:
@@ -455,6 +471,10 @@ class SQLiteTransport:
     # ------------------------------------------------------------ helpers
 
     def _now(self) -> float:
+        """The clock's reading, checked (LeaseQueueError first when closed:
+        a closed transport reads no clock)."""
+        if self._cur is None:
+            raise self._unusable()
         now = self._clock()
         if type(now) is not float or now - now != 0.0:
             now = check_time(now)
@@ -593,11 +613,17 @@ class SQLiteTransport:
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-        if wakes:
-            call_all(wakes)
-        if not rows:
+        if not rows and not wakes:
             return None
-        return self._lease(rows[0], worker_id)
+        try:
+            if wakes:
+                call_all(wakes)
+            return self._lease(rows[0], worker_id) if rows else None
+        except EventDecodeError:
+            raise  # the claim stands: the error carries its lease
+        except BaseException:
+            self._unclaim(rows, worker_id)  # interrupted before the caller got the lease
+            raise
 
     def ack(self, lease: Any) -> None:
         """Done: remove the leased message; its group may serve its next one.
@@ -790,8 +816,8 @@ class SQLiteTransport:
 
         Each row: gid, group_id, seq, attempt, priority, serialized event, expires_at.
         """
-        cur.execute(_Q["use_time_and_claims"], (now, count))
         if count == 1:
+            cur.execute(_Q["use_time_and_claims"], (now, 1))
             row = cur.execute(_Q["find_claimable"], (floor,)).fetchone()
             if row is None:
                 return []
@@ -799,14 +825,18 @@ class SQLiteTransport:
             expires_at = now + visibility
             cur.execute(_Q["lease"], (gid, worker_id, expires_at, claims, now))
             return [(gid, group_id, seq, attempt, priority, data, expires_at)]
+        cur.execute(_Q["use_time"], (now,))
         if count == 0:
             return []
         # count successive claims at one now take the first count eligible groups
         # in round-robin order: one query, then the leases in claim order.
         now, claims = cur.execute(_Q["now"]).fetchone()
         expires_at = now + visibility
-        found = cur.execute(_Q["find_claimable_many"], (floor, count)).fetchall()
-        first_key = claims - count + 1
+        found = cur.execute(_Q["find_claimable_many"], (floor, min(count, INT64_MAX))).fetchall()
+        if not found:
+            return []
+        cur.execute(_Q["take_claims"], (len(found),))
+        first_key = claims + 1
         cur.executemany(
             _Q["lease"], [(row[0], worker_id, expires_at, first_key + i, now) for i, row in enumerate(found)]
         )
@@ -928,7 +958,7 @@ class SQLiteTransport:
         return _info(rows[0]) if rows else None
 
     def groups(self) -> List[GroupInfo]:
-        """A snapshot of every group (expiry applied), ordered by group_id. O(G)."""
+        """A snapshot of every group (expiry applied), in creation order. O(G)."""
         return [_info(row) for row in self._inspect(_Q["groups_info"], ())]
 
     def _inspect(self, query: str, params: Tuple[Any, ...]) -> List[Any]:
@@ -958,18 +988,11 @@ class SQLiteTransport:
         Every item is validated and serialized first: one bad item raises and
         nothing is published.
         """
-        checked = []
-        for item in items:
-            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
-                raise TypeError(
-                    f"publish_many() items must be (group_id, event) or (group_id, event, priority) tuples, "
-                    f"not {type(item).__name__}" + (f" of length {len(item)}" if isinstance(item, tuple) else "")
-                )
-            group_id = check_id(item[0], "group_id")
-            priority = check_priority(item[2], "priority") if len(item) == 3 else 0
-            checked.append((group_id, item[1], priority))
+        checked = [_check_item(item) for item in list(items)]
         rows = [(group_id, priority, self._serialize(event)) for group_id, event, priority in checked]
         if not rows:
+            if self._cur is None:
+                raise self._unusable()
             return []
         wakes: Any = ()
         with self._lock:
@@ -1019,16 +1042,20 @@ class SQLiteTransport:
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
-        if wakes:
-            call_all(wakes)
         leases = []
         failed: Optional[EventDecodeError] = None
-        for row in rows:
-            try:
-                leases.append(self._lease(row, worker_id))
-            except EventDecodeError as exc:
-                leases.append(exc.lease)
-                failed = failed or exc
+        try:
+            if wakes:
+                call_all(wakes)
+            for row in rows:
+                try:
+                    leases.append(self._lease(row, worker_id))
+                except EventDecodeError as exc:
+                    leases.append(exc.lease)
+                    failed = failed or exc
+        except BaseException:
+            self._unclaim(rows, worker_id)  # interrupted before the caller got the leases
+            raise
         if failed is not None:
             failed.leases = leases
             raise failed
@@ -1066,11 +1093,11 @@ class SQLiteTransport:
 
     # ------------------------------------------------------------ Part 2: waiting
 
-    def _attempt(self, worker_id: str, visibility: float, floor: int, waiter: Waiter) -> Any:
-        """One claim attempt for a waiting claim: the claim's raw row, None, or
-        _CLOSED.  Registers the waiter when nothing was claimable, in the same
-        critical section, and tops up a token if work is left for another."""
-        now = self._now()
+    def _attempt(self, worker_id: str, visibility: float, floor: int, waiter: Waiter, now: float) -> Any:
+        """One claim attempt at ``now`` (read by the caller, in its own thread)
+        for a waiting claim: the claim's raw row, None, or _CLOSED.  Registers
+        the waiter when nothing was claimable, in the same critical section,
+        and tops up a token if work is left for another."""
         wakes: List[Callable[[], None]] = []
         with self._lock:
             cur = self._cur
@@ -1097,26 +1124,38 @@ class SQLiteTransport:
             call_all(wakes)
         return row
 
-    def _unclaim(self, raw: Any, worker_id: str) -> None:
-        """Undo a claim made for a caller that is gone (its row is ``raw``)."""
-        row = raw
-        wakes: Any = ()
+    def _unclaim(self, rows: List[Any], worker_id: str) -> None:
+        """Undo claims made for a caller that is gone or was interrupted before
+        it got its leases (``rows``: the claims' raw rows).  Each is undone
+        exactly (attempt, round-robin key and previous delivery restored) if
+        it is still current.  If that fails (closed, locked), the leases
+        expire by themselves; the caller's own exception is what propagates."""
+        wakes: List[Callable[[], None]] = []
         with self._lock:
             cur = self._cur
             if cur is None:
-                return  # closed: the lease expires by itself
+                return  # closed: the leases expire by themselves
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                if cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id)).rowcount == 1:
-                    wakes = self._signal_if_ready(cur, row[1])
+                for row in rows:
+                    if cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id)).rowcount == 1:
+                        wakes += self._signal_if_ready(cur, row[1])
                 cur.execute("COMMIT")
-            except BaseException as exc:
-                self._abort(exc)
+            except Exception:
+                conn = self._conn
+                try:
+                    if conn is not None and conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                return
         if wakes:
             call_all(wakes)
 
     def _wait(self, worker_id: str, visibility: float, floor: int, timeout: Optional[float]) -> Any:
         """``claim(timeout=...)`` in a thread."""
+        if self._closed:
+            return None  # the worker loop ends on close(); the database is not touched
         if self._cur is None:
             raise self._unusable()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -1126,12 +1165,17 @@ class SQLiteTransport:
         assert event is not None
         try:
             while True:
-                row = self._attempt(worker_id, visibility, floor, waiter)
+                try:
+                    now = self._now()
+                except LeaseQueueError:
+                    if self._closed:
+                        return None
+                    raise
+                row = self._attempt(worker_id, visibility, floor, waiter, now)
                 if row is _CLOSED:
                     return None
                 if row is not None:
-                    waiter.result = None
-                    return self._lease(row, worker_id)
+                    return self._received(row, worker_id, waiter)
                 self._watcher.ensure()
                 # On the main thread, sleep in slices so that a KeyboardInterrupt
                 # from _thread.interrupt_main() (which sends no real signal) is seen.
@@ -1149,7 +1193,7 @@ class SQLiteTransport:
         except BaseException:
             raw = queue.take_result(waiter)
             if raw is not None:
-                self._unclaim(raw, worker_id)
+                self._unclaim([raw], worker_id)
             raise
         finally:
             call_all(queue.leave(waiter))
@@ -1173,6 +1217,8 @@ class SQLiteTransport:
         visibility = check_duration(visibility, "visibility")
         min_priority = check_priority(min_priority, "min_priority")
         timeout = _check_timeout(timeout)
+        if self._closed:
+            return None  # as claim(timeout=...): the worker loop ends on close()
         if self._cur is None:
             raise self._unusable()
         loop = asyncio.get_running_loop()
@@ -1189,8 +1235,16 @@ class SQLiteTransport:
         try:
             while True:
                 try:
+                    # The clock is read here, on the caller's thread; the
+                    # database work runs on the helper thread.
+                    try:
+                        now = self._now()
+                    except LeaseQueueError:
+                        if self._closed:
+                            return None
+                        raise
                     row = await loop.run_in_executor(
-                        executor, self._attempt, worker_id, visibility, min_priority, waiter
+                        executor, self._attempt, worker_id, visibility, min_priority, waiter, now
                     )
                 except RuntimeError:
                     if self._closed:
@@ -1199,8 +1253,7 @@ class SQLiteTransport:
                 if row is _CLOSED:
                     return None
                 if row is not None:
-                    waiter.result = None
-                    return self._lease(row, worker_id)
+                    return self._received(row, worker_id, waiter)
                 if timeout == 0.0:
                     return None
                 self._watcher.ensure()
@@ -1221,10 +1274,23 @@ class SQLiteTransport:
         except BaseException:
             raw = queue.take_result(waiter)
             if raw is not None:
-                executor.submit(self._unclaim, raw, worker_id)
+                executor.submit(self._unclaim, [raw], worker_id)
             raise
         finally:
             call_all(queue.leave(waiter))
+
+    def _received(self, row: Any, worker_id: str, waiter: Waiter) -> Any:
+        """A waiting claim's lease from its row.  The row stays recorded as the
+        waiter's result until the lease exists, so an exception meanwhile (an
+        interrupt while the event is deserialized) finds it and undoes the
+        claim; an undecodable event is the caller's (EventDecodeError)."""
+        try:
+            lease = self._lease(row, worker_id)
+        except EventDecodeError:
+            waiter.result = None
+            raise
+        waiter.result = None
+        return lease
 
     def _get_executor(self) -> ThreadPoolExecutor:
         executor = self._executor

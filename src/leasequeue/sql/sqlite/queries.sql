@@ -71,6 +71,10 @@ UPDATE lq_state SET now = max(now, ?1), expired = max(now, ?1);
 -- As use_time, and take ?2 claim numbers (round-robin keys).
 UPDATE lq_state SET now = max(now, ?1), expired = max(now, ?1), claims = claims + ?2;
 
+-- name: take_claims --
+-- Take ?1 claim numbers (round-robin keys) for claim_many.
+UPDATE lq_state SET claims = claims + ?1;
+
 -- name: use_time_only --
 -- The operation's now, without applying expiry (extend, nack with a delay).
 UPDATE lq_state SET now = max(now, ?1);
@@ -232,6 +236,8 @@ SELECT group_id, priority, messages, lock, paused, head_seq, holder, expires_at,
 FROM lq_groups WHERE group_id = ?1;
 
 -- name: groups_info --
--- What groups() reports: every group, by group_id.
+-- What groups() reports: every group, in creation order.  gid is the row id,
+-- which SQLite makes larger than every row present, so a re-created group
+-- goes to the end.
 SELECT group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, last_claimed_at
-FROM lq_groups ORDER BY group_id;
+FROM lq_groups ORDER BY gid;
