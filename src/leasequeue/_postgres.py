@@ -483,7 +483,16 @@ class PostgresTransport:
                     except LeaseQueueError:
                         if self._closed:  # closed meanwhile: a waiting claim returns None
                             return None
-                        raise
+                        # A connection lost while this claim slept (a server
+                        # restart) fails the first statement sent on it, and
+                        # the pool then reconnects: try once more at once.
+                        # A second failure reaches the caller.
+                        try:
+                            rows = self._claim_report(worker_id, visibility, min_priority)
+                        except LeaseQueueError:
+                            if self._closed:
+                                return None
+                            raise
                     used = any(row[0] is not None for row in rows)
                     leases = self._leases(rows, worker_id, visibility)
                     if leases:
@@ -583,7 +592,12 @@ class PostgresTransport:
                     except LeaseQueueError:
                         if self._closed:
                             return None
-                        raise
+                        try:  # once more at once, as in claim: the pool reconnects
+                            rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
+                        except LeaseQueueError:
+                            if self._closed:
+                                return None
+                            raise
                     used = any(row[0] is not None for row in rows)
                     leases = self._leases(rows, worker_id, visibility)
                     if leases:
