@@ -8,6 +8,7 @@ serves this suite only.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Any
 
@@ -65,3 +66,12 @@ def fingerprint(transport: Any, clock: Any) -> list[Any]:
         transport.ack(lease)
     out.append((len(transport), tuple(transport.stats())))
     return out
+
+
+def package_root(module: Any) -> str:
+    """The ``sys.path`` entry ``module`` (a leasequeue module) was imported
+    from: ``src/`` after an in-place build, site-packages when installed, a
+    sanitizer build's directory.  Subprocesses put it first on their path so
+    that they test the very same build (the source tree has no compiled
+    extension when the package is installed, as in CI)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(module.__file__)))

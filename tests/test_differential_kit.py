@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 import pytest
 
+import leasequeue
+from helpers import package_root
 from leasequeue import LeaseLost
 from leasequeue._inmemory_py import InMemoryTransport as Pure
 from leasequeue.testing import DifferentialFailure, ManualClock, ReferenceTransport, check_differential, replay
@@ -265,7 +267,7 @@ def test_the_kit_imports_without_pytest_or_hypothesis() -> None:
         "from leasequeue.testing import ReferenceTransport, check_differential\n"
         "print(check_differential(ReferenceTransport, ops=300, seed=2).operations)\n"
     )
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = package_root(leasequeue)  # the package under test, installed or in place
     env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -25,18 +25,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, package_root
 from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 
-
-def package_root(impl: Any) -> str:
-    """The sys.path entry the implementation was imported from (a sanitizer build, say),
-    so that subprocesses test the very same build."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(impl.__file__)))
 
 
 class Boom(Exception):

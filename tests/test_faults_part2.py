@@ -26,14 +26,11 @@ from typing import Any
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, package_root
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
-
-def package_root(impl: Any) -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(impl.__file__)))
 
 
 PRELUDE = """

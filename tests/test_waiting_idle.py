@@ -15,6 +15,8 @@ import subprocess
 import sys
 from types import ModuleType
 
+from helpers import package_root
+
 SCRIPT = r"""
 import asyncio, importlib, sys, threading, time
 mod = importlib.import_module(sys.argv[1])
@@ -53,7 +55,7 @@ print(cpu, wall, results == [[None] * 64], sum(th.is_alive() for th in threads))
 
 def test_128_waiting_claims_use_no_cpu_while_idle(impl: ModuleType) -> None:
     env = dict(os.environ)
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = package_root(impl)  # the build under test, installed or in place
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.run([sys.executable, "-c", SCRIPT, impl.__name__], capture_output=True, text=True,
                           env=env, timeout=180, check=False)

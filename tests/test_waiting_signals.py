@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from helpers import package_root
+
 SCRIPT = r"""
 import _thread, importlib, os, signal, sys, threading, time
 mod = importlib.import_module(sys.argv[1])
@@ -57,7 +59,7 @@ else:
 @pytest.mark.parametrize("wait_kind", ["none", "deadline"])
 def test_an_interrupt_ends_a_waiting_claim_on_the_main_thread(impl: ModuleType, how: str, wait_kind: str) -> None:
     env = dict(os.environ)
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = package_root(impl)  # the build under test, installed or in place
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, impl.__name__, how, wait_kind],
