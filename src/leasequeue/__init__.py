@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from ._errors import LeaseLost, LeaseQueueError
 from ._types import GroupInfo, TransportStats
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "IMPLEMENTATION",
