@@ -12,7 +12,9 @@ How it works:
   holder, end, attempt count, whether the delivery is open; paused; last
   claim time).  One row ``lq_state`` holds the shared counters: the last seq,
   the claim counter (round-robin keys), the transport's time and the counts
-  that ``stats()`` reports (kept by triggers).
+  of messages, groups and pauses (leases and parks are counted in the
+  expiry index).  A publish and an ack each fire one trigger; no other hot
+  statement fires any (a trigger's sub-program costs more than a statement).
 * Every operation is one ``BEGIN IMMEDIATE`` transaction (SQLite's one write
   lock serialises them across processes, as the seed's note says), its
   statements loaded by name from ``sql/sqlite/queries.sql``.  A process
@@ -69,7 +71,7 @@ __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTran
 #: ``PRAGMA application_id`` of a leasequeue database ("LQUE").
 APPLICATION_ID = 0x4C515545
 #: The schema version this code reads and writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Page size of a new database file.  Every commit writes each page it changed
 #: whole into the WAL and checksums it, and an operation changes a handful of
 #: small rows on 3-6 pages: 1 KiB pages cut the instructions per publish +
@@ -643,11 +645,15 @@ class SQLiteTransport:
             cur = self._cursor()
             if key is not None:
                 try:
-                    cur.execute("BEGIN IMMEDIATE")
-                    done = cur.execute(_Q["ack"], key).rowcount == 1
-                    if done and self._queue.waiters:
-                        wakes = self._signal_if_ready(cur, key[0])
-                    cur.execute("COMMIT" if done else "ROLLBACK")
+                    if not self._queue.waiters:
+                        # One statement: SQLite makes it its own write transaction.
+                        done = cur.execute(_Q["ack"], key).rowcount == 1
+                    else:
+                        cur.execute("BEGIN IMMEDIATE")
+                        done = cur.execute(_Q["ack"], key).rowcount == 1
+                        if done:
+                            wakes = self._signal_if_ready(cur, key[0])
+                        cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
             if not done:
@@ -672,16 +678,20 @@ class SQLiteTransport:
             done = False
             if key is not None:
                 try:
-                    cur.execute("BEGIN IMMEDIATE")
-                    if delay == 0.0:
+                    if delay == 0.0 and not self._queue.waiters:
+                        # One statement: SQLite makes it its own write transaction.
                         done = cur.execute(_Q["nack_now"], key).rowcount == 1
                     else:
-                        # The time is kept only if the lease is current (else rolled back).
-                        cur.execute(_Q["use_time_only"], (now,))
-                        done = cur.execute(_Q["park"], key + (delay,)).rowcount == 1
-                    if done and self._queue.waiters:
-                        wakes = self._signal_if_ready(cur, key[0]) if delay == 0.0 else self._topup_in(cur)
-                    cur.execute("COMMIT" if done else "ROLLBACK")
+                        cur.execute("BEGIN IMMEDIATE")
+                        if delay == 0.0:
+                            done = cur.execute(_Q["nack_now"], key).rowcount == 1
+                        else:
+                            # The time is kept only if the lease is current (else rolled back).
+                            cur.execute(_Q["use_time"], (now,))
+                            done = cur.execute(_Q["park"], key + (delay,)).rowcount == 1
+                        if done and self._queue.waiters:
+                            wakes = self._signal_if_ready(cur, key[0]) if delay == 0.0 else self._topup_in(cur)
+                        cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
             if not done:
@@ -706,7 +716,7 @@ class SQLiteTransport:
             if key is not None:
                 try:
                     cur.execute("BEGIN IMMEDIATE")
-                    cur.execute(_Q["use_time_only"], (now,))
+                    cur.execute(_Q["use_time"], (now,))
                     now = cur.execute(_Q["now"]).fetchone()[0]
                     expires_at = now + visibility
                     done = cur.execute(_Q["extend"], key + (expires_at,)).rowcount == 1
@@ -732,7 +742,7 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                cur.execute(_Q["use_time"], (now,))
+                self._use_time(cur, now)
                 counts = cur.execute(_Q["counts"]).fetchone()
                 if self._queue.waiters:
                     wakes = self._topup_in(cur)
@@ -820,14 +830,20 @@ class SQLiteTransport:
         """
         if count == 1:
             cur.execute(_Q["use_time_and_claims"], (now, 1))
-            row = cur.execute(_Q["find_claimable"], (floor,)).fetchone()
-            if row is None:
+            find = _Q["find_claimable"]
+            row = cur.execute(find, (floor,)).fetchone()
+            now, claims, next_expiry = row[0], row[1], row[2]
+            if next_expiry is not None and next_expiry < now:
+                # A lock has ended: expiry first, then look again.
+                cur.execute(_Q["expire"])
+                row = cur.execute(find, (floor,)).fetchone()
+            gid = row[3]
+            if gid is None:
                 return []
-            gid, group_id, seq, attempt, priority, data, now, claims = row
             expires_at = now + visibility
             cur.execute(_Q["lease"], (gid, worker_id, expires_at, claims, now))
-            return [(gid, group_id, seq, attempt, priority, data, expires_at)]
-        cur.execute(_Q["use_time"], (now,))
+            return [row[3:] + (expires_at,)]
+        self._use_time(cur, now)
         if count == 0:
             return []
         # count successive claims at one now take the first count eligible groups
@@ -843,6 +859,11 @@ class SQLiteTransport:
             _Q["lease"], [(row[0], worker_id, expires_at, first_key + i, now) for i, row in enumerate(found)]
         )
         return [row + (expires_at,) for row in found]
+
+    def _use_time(self, cur: Any, now: float) -> None:
+        """Move the transport's time to ``now`` (never back) and apply expiry at it."""
+        cur.execute(_Q["use_time"], (now,))
+        cur.execute(_Q["expire"])
 
     def _signal_if_ready(self, cur: Any, group_id: str) -> List[Callable[[], None]]:
         """Wake a waiting claim if ``group_id`` is claimable now (it just became so)."""
@@ -879,6 +900,8 @@ class SQLiteTransport:
                     cur.execute(_Q["pause_new"], (group_id,))
                 elif not row[1]:
                     cur.execute(_Q["pause"], (row[0],))
+                if row is None or not row[1]:
+                    cur.execute(_Q["count_paused"], (1,))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
@@ -899,11 +922,15 @@ class SQLiteTransport:
                 cur.execute("BEGIN IMMEDIATE")
                 row = cur.execute(_Q["find_group"], (group_id,)).fetchone()
                 if row is not None:
-                    gid, paused, lock, _messages = row
+                    gid, paused, lock, messages = row
                     lifted = bool(paused) or lock == 2
                     if lifted:
-                        cur.execute(_Q["resume"], (gid,))  # the trigger forgets an empty group
-                        if self._queue.waiters:
+                        cur.execute(_Q["resume"], (gid,))
+                        if paused:
+                            cur.execute(_Q["count_paused"], (-1,))
+                        if not messages:
+                            cur.execute(_Q["forget_group"], (gid,))  # it held nothing but its pause
+                        elif self._queue.waiters:
                             wakes = self._signal_if_ready(cur, group_id)
                 cur.execute("COMMIT")
             except BaseException as exc:
@@ -926,6 +953,7 @@ class SQLiteTransport:
                     removed = row[3]
                     cur.execute(_Q["purge_messages"], (row[0],))
                     cur.execute(_Q["forget_group"], (row[0],))
+                    cur.execute(_Q["count_purged"], (removed, 1 if row[1] else 0))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
@@ -970,7 +998,7 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                cur.execute(_Q["use_time"], (now,))
+                self._use_time(cur, now)
                 rows = cur.execute(query, params).fetchall()
                 if self._queue.waiters:
                     wakes = self._topup_in(cur)
@@ -1334,7 +1362,7 @@ class SQLiteTransport:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                cur.execute(_Q["use_time"], (now,))
+                self._use_time(cur, now)
                 wakes = self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
