@@ -40,7 +40,7 @@ UPDATE lq_state SET
     messages = messages + (SELECT count(*) FROM temp.lq_batch),
     groups = groups + (
         SELECT count(DISTINCT b.group_id) FROM temp.lq_batch AS b
-        WHERE NOT EXISTS (SELECT 1 FROM lq_groups AS g WHERE g.group_id = b.group_id AND g.messages > 0))
+        WHERE NOT EXISTS (SELECT 1 FROM lq_groups AS g WHERE g.group_id = b.group_id AND g.head_seq IS NOT NULL))
 WHERE id = 1;
 
 -- name: batch_groups --

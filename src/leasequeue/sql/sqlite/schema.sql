@@ -56,7 +56,9 @@ CREATE TABLE lq_groups (
     prev_claimed_at REAL,
     prev_holder     TEXT,
     -- Claimable: holds a message, nothing of it leased or parked, not paused.
-    ready           INTEGER GENERATED ALWAYS AS (messages > 0 AND lock = 0 AND paused = 0) VIRTUAL
+    -- (head_seq, not messages: a publish into a group that holds messages
+    -- changes only messages, so SQLite leaves the ready indexes alone.)
+    ready           INTEGER GENERATED ALWAYS AS (head_seq IS NOT NULL AND lock = 0 AND paused = 0) VIRTUAL
 );
 
 -- Ready groups in round-robin order: the claim with the common floor (no
@@ -82,8 +84,9 @@ CREATE TABLE lq_messages (
 -- publish() is one INSERT into this view: the trigger takes the next seq,
 -- counts the message (and the group, if it held none) in, creates the group
 -- or counts the message into it, and stores the message.  The group's upsert
--- does not name head_seq (so lq_acked does not fire); a paused group that
--- held nothing gets its head from the statement after it.
+-- sets only messages (no index entry changes, lq_acked does not fire); a
+-- paused group that held nothing gets its head and round-robin key from the
+-- statement after it.
 CREATE VIEW lq_publish (group_id, priority, event) AS SELECT NULL, NULL, NULL;
 
 CREATE TRIGGER lq_publish_message INSTEAD OF INSERT ON lq_publish
@@ -91,16 +94,17 @@ BEGIN
     UPDATE lq_state SET
         last_seq = last_seq + 1,
         messages = messages + 1,
-        groups = groups + NOT EXISTS (SELECT 1 FROM lq_groups WHERE group_id = new.group_id AND messages > 0)
+        groups = groups + NOT EXISTS (SELECT 1 FROM lq_groups WHERE group_id = new.group_id AND head_seq IS NOT NULL)
     WHERE id = 1;
     INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
     VALUES (new.group_id, new.priority, (SELECT last_seq FROM lq_state WHERE id = 1) - 4611686018427387904, 1,
             (SELECT last_seq FROM lq_state WHERE id = 1), 0, 0, 0, 0)
-    ON CONFLICT (group_id) DO UPDATE SET
-        messages = messages + 1,
-        -- a group created by pause() gets its round-robin key from its first message
-        rr_key = CASE WHEN messages = 0 AND last_claimed_at IS NULL THEN excluded.rr_key ELSE rr_key END;
-    UPDATE lq_groups SET head_seq = (SELECT last_seq FROM lq_state WHERE id = 1)
+    ON CONFLICT (group_id) DO UPDATE SET messages = messages + 1;
+    -- a group created by pause() gets its round-robin key from its first message
+    UPDATE lq_groups SET
+        head_seq = (SELECT last_seq FROM lq_state WHERE id = 1),
+        rr_key = CASE WHEN last_claimed_at IS NULL THEN (SELECT last_seq FROM lq_state WHERE id = 1) - 4611686018427387904
+                 ELSE rr_key END
     WHERE group_id = new.group_id AND head_seq IS NULL;
     INSERT INTO lq_messages (gid, seq, event)
     VALUES ((SELECT gid FROM lq_groups WHERE group_id = new.group_id), (SELECT last_seq FROM lq_state WHERE id = 1),
