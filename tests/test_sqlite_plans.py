@@ -38,6 +38,7 @@ HOT = {
     "batch_add": ("g1", 0, b"x"),
     "batch_take_seqs": (),
     "batch_groups": (100,),
+    "batch_heads": (100,),
     "batch_messages": (100,),
     "batch_clear": (),
     "lease": (1, "w", 10.0, 5, 1.0),

@@ -1042,6 +1042,7 @@ class SQLiteTransport:
                 last = cur.execute(_Q["last_seq"]).fetchone()[0]
                 base = last - len(rows)
                 cur.execute(_Q["batch_groups"], (base,))
+                cur.execute(_Q["batch_heads"], (base,))
                 cur.execute(_Q["batch_messages"], (base,))
                 cur.execute(_Q["batch_clear"])
                 if self._queue.waiters:

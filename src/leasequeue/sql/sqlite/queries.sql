@@ -45,14 +45,22 @@ WHERE id = 1;
 
 -- name: batch_groups --
 -- Create the batch's new groups (priority and round-robin key of their first item;
--- ?1 = the seq before the batch) and count the messages into existing ones.
+-- ?1 = the seq before the batch) and count the messages into existing ones (only
+-- messages changes there: no index entry moves, lq_acked does not fire).
 INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
 SELECT group_id, priority, ?1 + min(n) - 4611686018427387904, count(*), ?1 + min(n), 0, 0, 0, 0
 FROM temp.lq_batch GROUP BY group_id ORDER BY min(n)
-ON CONFLICT (group_id) DO UPDATE SET
-    messages = messages + excluded.messages,
-    head_seq = coalesce(head_seq, excluded.head_seq),
-    rr_key = CASE WHEN messages = 0 AND last_claimed_at IS NULL THEN excluded.rr_key ELSE rr_key END;
+ON CONFLICT (group_id) DO UPDATE SET messages = messages + excluded.messages;
+
+-- name: batch_heads --
+-- After batch_groups: the batch's paused groups that held nothing get their head (and,
+-- never claimed, their round-robin key) from their first item (?1 = the seq before the batch).
+UPDATE lq_groups SET
+    head_seq = ?1 + (SELECT min(n) FROM temp.lq_batch AS b WHERE b.group_id = lq_groups.group_id),
+    rr_key = CASE WHEN last_claimed_at IS NULL
+             THEN ?1 + (SELECT min(n) FROM temp.lq_batch AS b WHERE b.group_id = lq_groups.group_id) - 4611686018427387904
+             ELSE rr_key END
+WHERE head_seq IS NULL AND group_id IN (SELECT group_id FROM temp.lq_batch);
 
 -- name: batch_messages --
 -- Store the staged messages with their seqs (?1 = the seq before the batch).
