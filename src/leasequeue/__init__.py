@@ -5,7 +5,9 @@ Workers :meth:`~InMemoryTransport.claim` a message, which leases it for a
 visibility timeout, then :meth:`~InMemoryTransport.ack` or
 :meth:`~InMemoryTransport.nack` it.  At most one message per group is in
 flight, groups are served round-robin, a priority floor lets workers serve
-only important groups, and an expired lease frees its message again.
+only important groups, and an expired lease frees its message again.  An
+operator can pause, resume, purge, re-prioritise and inspect groups
+(:class:`GroupInfo`), and the batch calls move many messages per call.
 
 ``InMemoryTransport`` is the compiled (Cython) implementation when it was
 built and imports, else the pure-Python twin; ``IMPLEMENTATION`` says which.
@@ -74,9 +76,28 @@ else:
 
 
 def __getattr__(name: str) -> object:
-    """The durable backends are imported on first use (``leasequeue.SQLiteTransport``)."""
+    """The durable backends are imported on first use.
+
+    ``SQLiteTransport`` (and its serializers) needs only the standard
+    library; ``PostgresTransport`` needs psycopg (the ``postgres`` extra), so
+    it is not in ``__all__`` either: ``from leasequeue import *`` does not
+    need it.
+    """
     if name in ("SQLiteTransport", "JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
         from . import _sqlite
 
         return getattr(_sqlite, name)
+    if name == "PostgresTransport":
+        from ._postgres import PostgresTransport
+
+        globals()[name] = PostgresTransport
+        return PostgresTransport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__) | {"PostgresTransport"})
+
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresTransport as PostgresTransport

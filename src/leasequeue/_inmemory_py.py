@@ -23,14 +23,23 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   again with its old key (its place in the round-robin is kept).  Entries
   made stale by ack/nack/extend are skipped, and the heap is compacted when
   stale entries outnumber live ones, so memory stays O(G).
+* The control plane works on the same structures: a paused group is simply
+  never made ready (it keeps its key, so ``resume`` puts it back where it
+  was), ``set_priority`` moves a group to another level with its key, and
+  ``purge`` forgets a group with its messages.  A paused group outlives its
+  messages (``_idle`` counts the empty ones); ``groups()`` lists the group
+  table, whose order is creation order.  The batches are the single
+  operations in a loop under one lock.
 
 The sections below come in the order of the Cython twin's files, under the
 same names, so the two can be read side by side: Lease
 (``_inmemory_lease.pxi``), validation (``_inmemory_validation.pxi``), the
 group-id table (``_inmemory_ids.pxi``), the ready heaps and the level treap
 (``_inmemory_ready.pxi``), the expiry heap (``_inmemory_expiry.pxi``),
-message/group storage (``_inmemory_storage.pxi``), then the transport, whose
-internal methods follow the same order.
+message/group storage (``_inmemory_storage.pxi``), the waiting claims
+(``_inmemory_waiters.pxi``; the sleeping and waking is ``_waiting.py``,
+shared by both), then the transport, whose internal methods follow the same
+order.
 
 Thread safety: one ``threading.Lock``.  No user code runs under it: the clock
 is read before taking it, ``str`` subclasses are converted to ``str`` before
@@ -45,25 +54,36 @@ import math
 import random
 import threading
 import time
+from bisect import insort
 from heapq import heapify, heappop, heappush
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from . import _waiting
 from ._errors import LeaseLost
-from ._types import PARKED, TransportStats
+from ._types import PARKED, GroupInfo, TransportStats
 from ._validation import (
     INT64_MAX as _INT64_MAX,
     INT64_MIN as _INT64_MIN,
+    check_count as _check_count,
     check_duration as _check_duration,
     check_id as _check_id,
+    check_item as _check_item,
     check_priority as _check_priority,
     check_time as _check_time,
+    check_timeout as _check_timeout,
     check_worker as _check_worker,
 )
+from ._waiting import CLOSED as _W_CLOSED
+from ._waiting import HANDED as _W_HANDED
+from ._waiting import IDLE as _W_IDLE
+from ._waiting import WAITING as _W_WAITING
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 
 # Never-claimed groups are keyed by ``first seq - _NEVER_CLAIMED`` so every
 # one of them sorts before every claimed group (keyed by claim number >= 1).
+# A group created by ``pause`` holds no message yet: keyed ``-_NEVER_CLAIMED``
+# until its first message arrives.  A key < 0 means "never claimed".
 _NEVER_CLAIMED = 2**62
 
 # Lock states of a group's head message.
@@ -72,6 +92,10 @@ _LEASED = 1
 _PARKED = 2
 
 _INF = math.inf
+
+# The default ``timeout`` of ``claim``: compared by identity first, so that a
+# claim that does not wait pays one test for the argument.
+_NO_WAIT = 0.0
 
 
 _osetattr = object.__setattr__
@@ -335,7 +359,12 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
 
 
 class _Group:
-    """One group: its FIFO of messages and the lock state of its head."""
+    """One group: its FIFO of messages and the lock state of its head.
+
+    A group holding no message exists only while paused (``pause`` of an
+    unknown group, or its last message acked while paused): then
+    ``messages`` is ``[]``.
+    """
 
     __slots__ = (
         "group_id",
@@ -351,6 +380,7 @@ class _Group:
         "worker_id",
         "expires_at",
         "tick",  # id of this group's live expiry-heap entry, 0 if none
+        "paused",  # by ``pause()``: never made ready while set
     )
 
     def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
@@ -367,6 +397,157 @@ class _Group:
         self.worker_id: Optional[str] = None
         self.expires_at = 0.0
         self.tick = 0
+        self.paused = False
+
+
+def _paused_group(group_id: str, level: "_Level") -> _Group:
+    """A group created by ``pause``: no message, never claimed, paused."""
+    group = _Group(group_id, level, 0, None)
+    group.messages = []
+    group.key = -_NEVER_CLAIMED
+    group.paused = True
+    return group
+
+
+def _view(group: _Group) -> Tuple[Any, ...]:
+    """The fields of ``GroupInfo`` for ``group`` (expiry already applied, so a
+    lock still set is live); the Cython twin's ``group_view``."""
+    lock = group.lock
+    messages = group.messages
+    head = group.head
+    if lock == _FREE:
+        state = "paused" if group.paused else "ready"
+        holder: Optional[str] = None
+        expires_at: Optional[float] = None
+        attempt: Optional[int] = None
+    else:
+        state = "leased" if lock == _LEASED else "parked"
+        holder, expires_at, attempt = group.worker_id, group.expires_at, group.attempt
+    return (
+        group.group_id,
+        group.level.priority,
+        len(messages) - head,
+        state,
+        group.paused,
+        messages[head][0] if head < len(messages) else None,  # type: ignore[index]
+        holder,
+        expires_at,
+        attempt,
+        group.last_claimed_at if group.key > 0 else None,
+    )
+
+
+# ------------------------------------------------------------------- waiters
+#
+# Waiting claims (``claim(timeout=...)``, ``aclaim``): the Cython twin's
+# ``_inmemory_waiters.pxi``.  Sleeping and waking is ``_waiting.py``, shared
+# by both twins; the core keeps the queue of waiting claims under its lock
+# and serves it there (``InMemoryTransport._serve_locked``).
+#
+# THE ENTRY POINT.  Every operation that may have made a message claimable
+# (publish, ack, nack(0); the control plane's resume and set_priority; the
+# batches publish_many and ack_many), or that read the clock and so may have
+# expired locks or pushed an expiry earlier than the expiry timer is armed
+# for (claim, stats, extend, nack(delay > 0), claim_many, group(),
+# groups()), ends, *after* releasing the lock, with
+#
+#     if self._nwaiting:
+#         self._serve_waiters(now)    # its clock reading, or None if it read none
+#
+# ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` make that
+# call (and so read the clock) only when they made a group claimable: a
+# group made ready, a ready group moved to another priority, a non-empty
+# batch, an ack done.  ``pause`` and ``purge`` make nothing claimable; a
+# purge may drop the expiry the timer is armed for, which then fires, finds
+# nothing due and re-arms for the next one (as after an ack).
+#
+# With nobody waiting that test is the whole cost.  ``_nwaiting`` is read
+# without the lock, which is enough: a waiting claim queues itself and serves
+# the queue in one locked step, so either that step sees the operation's
+# message, or the operation's read (after its own locked step) sees the
+# claim waiting.  ``_serve_waiters`` takes the lock, hands every claimable
+# message to the waiting claim it belongs to, and wakes those claims after
+# releasing the lock.
+#
+# The queue: one FIFO of waiter records per distinct floor (``min_priority``)
+# in ``_wqueues``, the floors ascending in ``_wfloors``; each record is
+# numbered by arrival.  The floors that admit some ready group are a prefix
+# of ``_wfloors`` (a floor admits a subset of what any lower floor admits),
+# so the longest waiting claim that some ready group admits is the smallest
+# arrival among the heads of that prefix: O(F log L) to find (F floors
+# waiting, L priority levels), whatever the number of waiters.
+#
+# Hand-off (``_hand_off``): a claim on the waiter's behalf, exactly as
+# ``claim`` makes it (lease until ``now + visibility``, claim counter,
+# attempt + 1, delivery open), of the group that claim would take; the
+# record keeps the lease's fields and what the claim changed (the group's
+# round-robin key, ``last_claimed_at``, the open flag of the delivery before),
+# so that ``_undo`` can take it back exactly when the waiter is interrupted
+# before it returns the lease.  The record leaves the queue and is promised
+# a wake (``_promise``: at most one outstanding per record, see
+# ``_waiting.py``); the wakes run after the lock is released (``_wake``).
+#
+# A waiting claim is woken only when it was served or closed (or by its own
+# deadline), never to look at the clock: expiry is watched by the
+# transport's expiry timer (``_waiting.py``).  Whenever claims wait and the
+# earliest expiry is earlier than ``_timer_at`` (the clock time the timer is
+# armed for), ``_arm_timer`` lowers it and the timer is poked after the lock
+# is released; the timer calls ``_timer_fire`` when that time is due.
+
+
+class _Waiter:
+    """A waiting claim, as the core keeps it (see the section comment)."""
+
+    __slots__ = (
+        "worker_id",
+        "visibility",
+        "floor",  # min_priority
+        "wake",  # the waiting side's wake-up primitive (called after the lock)
+        "state",  # _waiting.IDLE / WAITING / HANDED / CLOSED
+        "pending",  # its wake is promised (or its owner is running): no other
+        "arrival",  # order of arrival in the queue
+        "prev",  # neighbours in its floor's FIFO
+        "next",
+        # the lease handed over
+        "seq",
+        "group_id",
+        "event",
+        "expires_at",
+        "attempt",
+        # what the hand-off changed, for an exact undo
+        "prev_key",
+        "prev_claimed_at",
+        "prev_open",
+    )
+
+    def __init__(self, worker_id: str, visibility: float, floor: int, wake: Callable[[], None]) -> None:
+        self.worker_id = worker_id
+        self.visibility = visibility
+        self.floor = floor
+        self.wake = wake
+        self.state = _W_IDLE
+        self.pending = False
+        self.arrival = 0
+        self.prev: Optional[_Waiter] = None
+        self.next: Optional[_Waiter] = None
+        self.seq = 0
+        self.group_id = ""
+        self.event: Any = None
+        self.expires_at = 0.0
+        self.attempt = 0
+        self.prev_key = 0
+        self.prev_claimed_at = 0.0
+        self.prev_open = False
+
+
+class _FloorQueue:
+    """The FIFO of the waiter records of one floor (a doubly linked list)."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self) -> None:
+        self.head: Optional[_Waiter] = None
+        self.tail: Optional[_Waiter] = None
 
 
 # ---------------------------------------------------------------- transport
@@ -384,12 +565,18 @@ class InMemoryTransport:
     Events are held by reference, never copied.
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
-    float (default ``time.time``); it is read once by ``claim``, ``extend``,
-    ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
-    held.  The transport's time never runs backwards: an operation whose
-    clock reading is older than a time an earlier operation used (a racing
-    thread, or a clock turned back) uses that later time instead.  Every
-    method is atomic and thread-safe.
+    float (default ``time.time``); it is read once by ``claim``,
+    ``claim_many``, ``extend``, ``stats``, ``group``, ``groups`` and
+    ``nack(delay > 0)`` (and by ``publish``, ``ack``, ``nack(0)``,
+    ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` while a
+    claim waits for work), never while the transport's lock is held.  The
+    transport's time never runs backwards: an operation whose clock reading
+    is older than a time an earlier operation used (a racing thread, or a
+    clock turned back) uses that later time instead.  Every method is atomic
+    and thread-safe.
+
+    ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
+    asyncio event loop; ``close()`` ends every wait.
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -420,6 +607,19 @@ class InMemoryTransport:
         self._messages = 0
         self._leased = 0  # groups whose lock is _LEASED (expired or not)
         self._parked = 0  # groups whose lock is _PARKED (expired or not)
+        # waiting claims (the waiters section)
+        self._closed = False
+        self._nwaiting = 0  # queued waiter records
+        self._wqueues: Dict[int, _FloorQueue] = {}  # floor -> its FIFO
+        self._wfloors: List[int] = []  # the floors of _wqueues, ascending
+        self._arrivals = 0
+        self._timer_at = _INF  # clock time the expiry timer is armed for
+        self._timer: Any = None  # the expiry timer (_waiting.py), started on first use
+        self._poke = False  # the timer must be poked after the lock is released
+        self._orphans: List[_Waiter] = []  # records ended from nested user code (see _wait_end)
+        self._wakeups = [0, 0]  # wakes promised: hand-offs, close (for tests)
+        self._paused = 0  # groups paused
+        self._idle = 0  # groups holding no message (each one paused)
 
     # -------------------------------------------------------------- public
 
@@ -452,9 +652,13 @@ class InMemoryTransport:
                 raise
             finally:
                 self._settle()
+        if self._nwaiting:
+            self._serve_waiters(None)
         return seq
 
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[Lease]:
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = _NO_WAIT
+    ) -> Optional[Lease]:
         """Lease the next message to ``worker_id`` for ``visibility`` seconds.
 
         First every lease or park whose ``expires_at < now`` expires.  Then,
@@ -463,6 +667,15 @@ class InMemoryTransport:
         recently (never-claimed groups first, by their oldest message) has
         its oldest message leased until ``now + visibility``.  Returns the
         ``Lease``, or ``None`` when no group is eligible.
+
+        ``timeout`` (seconds of real time) makes the claim wait, when no
+        group is eligible, for a message to become claimable: ``0`` (the
+        default) never waits, ``None`` waits with no deadline.  Among waiting
+        claims whose ``min_priority`` admits a message, the one that has
+        waited longest gets it.  A waiting claim returns ``None`` at its
+        deadline, and at once when the transport is closed (``close()``).
+        An exception in the waiting thread (``KeyboardInterrupt``) ends the
+        wait and leaves nothing leased on its behalf.
         """
         # Fast paths for the common argument types; the _check_* helpers
         # convert or raise for everything else.
@@ -472,6 +685,10 @@ class InMemoryTransport:
             visibility = _check_duration(visibility, "visibility")
         if type(min_priority) is not int or not _INT64_MIN <= min_priority <= _INT64_MAX:
             min_priority = _check_priority(min_priority, "min_priority")
+        if timeout is not _NO_WAIT:
+            wait = _check_timeout(timeout)
+            if wait != 0.0:
+                return _waiting.claim_wait(self, worker_id, visibility, min_priority, wait)
         now = self._clock()
         if type(now) is not float or now - now != 0.0:
             now = _check_time(now)
@@ -487,43 +704,47 @@ class InMemoryTransport:
                 expiry = self._expiry
                 if expiry and expiry[0][0] < now:
                     self._expire(now)
+                group = None
                 root = self._root
                 if root is None:
-                    return None
-                if root.left is None and root.right is None:
+                    pass
+                elif root.left is None and root.right is None:
                     # One priority level: its heap top is the answer.
                     heap = root.heap
-                    if not heap or root.priority < min_priority:
-                        return None
-                    group = heap[0][1]
-                    expires_at = now + visibility
-                    self._lock_group(group, _LEASED, worker_id, expires_at)
-                    heappop(heap)
-                    group.ready_key = None
-                    while heap:  # drop stale entries so the top stays valid
-                        key, top = heap[0]
-                        if top.ready_key == key:
-                            break
+                    if heap and root.priority >= min_priority:
+                        group = heap[0][1]
+                        expires_at = now + visibility
+                        self._lock_group(group, _LEASED, worker_id, expires_at)
                         heappop(heap)
-                        root.stale -= 1
-                    root.best = heap[0] if heap else None
+                        group.ready_key = None
+                        while heap:  # drop stale entries so the top stays valid
+                            key, top = heap[0]
+                            if top.ready_key == key:
+                                break
+                            heappop(heap)
+                            root.stale -= 1
+                        root.best = heap[0] if heap else None
                 else:
                     entry = self._find(min_priority)
-                    if entry is None:
-                        return None
-                    group = entry[1]
-                    expires_at = now + visibility
-                    self._lock_group(group, _LEASED, worker_id, expires_at)
-                    self._take_top(group.level)
-                self._claims = claims = self._claims + 1
-                group.key = claims
-                group.last_claimed_at = now
-                group.attempt = attempt = group.attempt + 1
-                group.open = True
-                seq, event = group.messages[group.head]  # type: ignore[misc]
-                group_id = group.group_id
+                    if entry is not None:
+                        group = entry[1]
+                        expires_at = now + visibility
+                        self._lock_group(group, _LEASED, worker_id, expires_at)
+                        self._take_top(group.level)
+                if group is not None:
+                    self._claims = claims = self._claims + 1
+                    group.key = claims
+                    group.last_claimed_at = now
+                    group.attempt = attempt = group.attempt + 1
+                    group.open = True
+                    seq, event = group.messages[group.head]  # type: ignore[misc]
+                    group_id = group.group_id
             finally:
                 self._settle()
+        if self._nwaiting:  # expiry may have freed groups; our lease may expire first
+            self._serve_waiters(now)
+        if group is None:
+            return None
         return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner)
 
     def ack(self, lease: Lease) -> None:
@@ -546,7 +767,7 @@ class InMemoryTransport:
                 else:
                     messages = group.messages
                     head = group.head + 1
-                    if head < len(messages) and group.ready_key is None:
+                    if head < len(messages) and group.ready_key is None and not group.paused:
                         self._make_ready(group)  # allocates: first, while nothing changed
                     if group.lock != _FREE or group.tick:
                         self._unlock(group)
@@ -556,7 +777,10 @@ class InMemoryTransport:
                     messages[head - 1] = None
                     self._messages -= 1
                     if head == len(messages):
-                        self._forget(group)
+                        if group.paused:
+                            self._keep_idle(group)
+                        else:
+                            self._forget(group)
                     else:
                         if head >= 32 and head * 2 >= len(messages):
                             del messages[:head]
@@ -567,6 +791,8 @@ class InMemoryTransport:
         if group is None:
             raise LeaseLost(_lost_message(lease))
         del spent  # the event's __del__ may run here, outside the lock
+        if self._nwaiting:
+            self._serve_waiters(None)
 
     def nack(self, lease: Lease, delay: float = 0.0) -> None:
         """Give the message back: retry now (``delay == 0``) or park it.
@@ -588,7 +814,7 @@ class InMemoryTransport:
                 group = self._current(lease)
                 if group is not None:
                     if delay == 0.0:
-                        if group.ready_key is None:
+                        if group.ready_key is None and not group.paused:
                             self._make_ready(group)
                         self._unlock(group)
                     else:
@@ -603,6 +829,8 @@ class InMemoryTransport:
                 self._settle()
         if group is None:
             raise LeaseLost(_lost_message(lease))
+        if self._nwaiting:
+            self._serve_waiters(now if delay > 0.0 else None)
 
     def extend(self, lease: Lease, visibility: float) -> Lease:
         """Heartbeat: lease the same message again until ``now + visibility``.
@@ -634,6 +862,8 @@ class InMemoryTransport:
                 self._settle()
         if group is None:
             raise LeaseLost(_lost_message(lease))
+        if self._nwaiting:
+            self._serve_waiters(now)
         return _issue(
             lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt, self._owner
         )
@@ -656,10 +886,309 @@ class InMemoryTransport:
                 expiry = self._expiry
                 if expiry and expiry[0][0] < now:
                     self._expire(now)
-                counts = (self._messages, len(self._groups), self._leased, self._parked)
+                counts = (self._messages, len(self._groups) - self._idle, self._leased, self._parked, self._paused)
             finally:
                 self._settle()
+        if self._nwaiting:
+            self._serve_waiters(now)
         return TransportStats(*counts)
+
+    # -------------------------------------------------------- control plane
+
+    def pause(self, group_id: str) -> bool:
+        """Stop serving group ``group_id``; ``True`` if it was not paused.
+
+        A paused group is never served by ``claim`` (like a park with no
+        end).  A message already leased stays leased: its worker may ack,
+        nack or extend it, and a ``nack(lease, 0)`` or an expiry leaves it in
+        the still-paused group.  A group that does not exist is created,
+        paused, with priority 0, so that messages published later wait in
+        it.  A paused group is not forgotten while paused, even when empty.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        with self._lock:
+            if self._busy:
+                raise _reentered("pause")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                if group is None:
+                    self._add_paused(group_id)
+                    changed = True
+                else:
+                    changed = not group.paused
+                    if changed:
+                        group.paused = True
+                        self._paused += 1
+                        if group.ready_key is not None:
+                            self._unready(group)
+            finally:
+                self._settle()
+        return changed
+
+    def resume(self, group_id: str) -> bool:
+        """Lift a pause and end a park; ``True`` if either was there.
+
+        A parked message is claimable at once, its attempt count unchanged.
+        ``resume`` reads no clock: a park whose time ran out is still a park
+        until an operation that reads the clock has seen it expire.  The
+        group keeps its round-robin position; a group left without messages
+        is forgotten.  ``False`` (and nothing created) for a group that does
+        not exist.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        with self._lock:
+            if self._busy:
+                raise _reentered("resume")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                lifted = ready = False
+                if group is not None:
+                    parked = group.lock == _PARKED
+                    lifted = group.paused or parked
+                    if lifted:
+                        if group.head == len(group.messages):  # empty, hence paused
+                            group.paused = False
+                            self._paused -= 1
+                            self._idle -= 1
+                            self._forget(group)
+                        else:
+                            if group.ready_key is None and group.lock != _LEASED:
+                                self._make_ready(group)  # allocates: first, while nothing changed
+                            if group.paused:
+                                group.paused = False
+                                self._paused -= 1
+                            if parked:
+                                self._unlock(group)  # the park ends; the attempt count stays
+                            ready = group.ready_key is not None
+            finally:
+                self._settle()
+        if ready and self._nwaiting:  # the group is claimable now
+            self._serve_waiters(None)
+        return lifted
+
+    def purge(self, group_id: str) -> int:
+        """Remove every message of group ``group_id``; return how many.
+
+        The leased or parked message goes too (its lease is no longer
+        current: ``LeaseLost``), and the group is forgotten, pause and
+        priority included.  The events are released after the transport's
+        lock.  ``0`` for a group that does not exist.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        spent: Optional[List[Any]] = None  # the events: dropped after the lock is released
+        with self._lock:
+            if self._busy:
+                raise _reentered("purge")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                removed = 0
+                if group is not None:
+                    spent = group.messages
+                    removed = len(spent) - group.head
+                    self._purge(group)
+            finally:
+                self._settle()
+        del spent  # the events' __del__ may run here, outside the lock
+        return removed
+
+    def set_priority(self, group_id: str, priority: int) -> bool:
+        """Change group ``group_id``'s priority; ``False`` if there is no such group.
+
+        The group keeps its round-robin position and its pause; no group is
+        created.  ``True`` for any existing group, even when the priority
+        does not change.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        if type(priority) is not int or not _INT64_MIN <= priority <= _INT64_MAX:
+            priority = _check_priority(priority, "priority")
+        with self._lock:
+            if self._busy:
+                raise _reentered("set_priority")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                moved = False
+                if group is not None and group.level.priority != priority:
+                    self._set_level(group, priority)
+                    moved = group.ready_key is not None
+            finally:
+                self._settle()
+        if moved and self._nwaiting:  # a waiting claim's floor may admit it now
+            self._serve_waiters(None)
+        return group is not None
+
+    def group(self, group_id: str) -> Optional[GroupInfo]:
+        """What group ``group_id`` is doing now, or ``None`` if there is no such group.
+
+        Reads the clock and applies expiry first, as ``stats`` does, so the
+        state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
+        message's lease or park has not expired (paused or not), else
+        ``"paused"`` or ``"ready"``.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        now = _check_time(self._clock())
+        with self._lock:
+            if self._busy:
+                raise _reentered("group")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                group = self._groups.get(group_id)
+                view = None if group is None else _view(group)
+            finally:
+                self._settle()
+        if self._nwaiting:  # expiry may have freed groups
+            self._serve_waiters(now)
+        return None if view is None else GroupInfo(*view)
+
+    def groups(self) -> List[GroupInfo]:
+        """Every group now, in the order the groups were created: O(G).
+
+        Reads the clock and applies expiry first, as ``group`` does.  A group
+        forgotten and created again comes after the others.
+        """
+        now = _check_time(self._clock())
+        with self._lock:
+            if self._busy:
+                raise _reentered("groups")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                views = [_view(group) for group in self._groups.values()]
+            finally:
+                self._settle()
+        if self._nwaiting:  # expiry may have freed groups
+            self._serve_waiters(now)
+        return [GroupInfo(*view) for view in views]
+
+    # -------------------------------------------------------------- batches
+
+    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
+        """Publish ``(group_id, event)`` or ``(group_id, event, priority)`` items; return their seqs.
+
+        Every item is checked before any is published (one bad item: its
+        error, nothing published); then they are published in order, with
+        consecutive seqs, under one lock, leaving the transport exactly as
+        publishing them one by one would.  Items must be tuples.
+        """
+        batch = [_check_item(item) for item in list(items)]
+        count = len(batch)
+        with self._lock:
+            if self._busy:
+                raise _reentered("publish_many")
+            self._busy = True
+            try:
+                first = self._seq + 1
+                self._seq += count  # reserved: a nested publish gets a later seq
+                try:
+                    self._add_batch(first, batch)
+                except BaseException:
+                    if self._seq == first + count - 1:  # nothing published since: free again
+                        self._seq = first - 1
+                    raise
+            finally:
+                self._settle()
+        if count and self._nwaiting:
+            self._serve_waiters(None)
+        return list(range(first, first + count))
+
+    def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Lease]:
+        """Up to ``max_count`` leases at one ``now``, one per group.
+
+        Exactly what ``max_count`` successive ``claim`` calls at the same
+        ``now`` would return, up to the first that finds nothing: one clock
+        read and one lock for the lot.  ``max_count`` is an ``int >= 0``.
+        Never waits.
+        """
+        if type(worker_id) is not str or worker_id == PARKED:
+            worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        max_count = _check_count(max_count)
+        if type(min_priority) is not int or not _INT64_MIN <= min_priority <= _INT64_MAX:
+            min_priority = _check_priority(min_priority, "min_priority")
+        now = _check_time(self._clock())
+        taken: List[Tuple[int, str, Any, int]] = []
+        with self._lock:
+            if self._busy:
+                raise _reentered("claim_many")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                expires_at = now + visibility
+                while len(taken) < max_count:
+                    try:
+                        claimed = self._claim_next(worker_id, expires_at, min_priority, now)
+                    except MemoryError:
+                        if not taken:
+                            raise  # nothing changed but the expiries
+                        break  # the batch ends with the claims made so far
+                    if claimed is None:
+                        break
+                    taken.append(claimed)
+            finally:
+                self._settle()
+        if self._nwaiting:  # expiries it did not claim; its leases may expire first
+            self._serve_waiters(now)
+        owner = self._owner
+        return [_issue(seq, group_id, event, worker_id, expires_at, attempt, owner)
+                for seq, group_id, event, attempt in taken]
+
+    def ack_many(self, leases: Iterable[Lease]) -> List[Lease]:
+        """Ack every current lease, in order; return the ones that were not current.
+
+        Every element is type-checked first (``TypeError``, nothing acked).
+        A lease that is not current at its turn (acked before, re-delivered,
+        a duplicate in the batch) is returned instead of raising
+        ``LeaseLost``: the list holds the very objects passed in, in order.
+        The events are released after the transport's lock.
+        """
+        batch = list(leases)
+        for lease in batch:
+            if type(lease) is not Lease:
+                _check_lease(lease)
+        spent: List[Any] = [None] * len(batch)  # events: dropped after the lock is released
+        with self._lock:
+            if self._busy:
+                raise _reentered("ack_many")
+            self._busy = True
+            try:
+                for i, lease in enumerate(batch):
+                    group = self._current(lease)
+                    if group is not None:
+                        spent[i] = self._ack_current(group)
+            finally:
+                self._settle()
+        lost = [lease for lease, gone in zip(batch, spent) if gone is None]
+        del spent  # the events' __del__ may run here, outside the lock
+        if len(lost) < len(batch) and self._nwaiting:  # an ack may expose a group's next message
+            self._serve_waiters(None)
+        return lost
 
     def __copy__(self) -> "InMemoryTransport":
         raise TypeError("an InMemoryTransport cannot be copied")
@@ -674,8 +1203,52 @@ class InMemoryTransport:
         """Messages held: ready + leased + parked."""
         return self._messages
 
+    async def aclaim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = None
+    ) -> Optional[Lease]:
+        """``claim`` for asyncio: wait in the running event loop, not a thread.
+
+        The arguments are those of ``claim``, checked when the coroutine
+        runs; ``timeout`` defaults to ``None`` (no deadline), ``0`` never
+        waits.  A publish, ack or nack from any thread, or from another
+        event loop, wakes it.  Cancelling the task (or ``asyncio.timeout``)
+        ends the wait and leaves nothing leased on its behalf: a message that
+        was about to go to it goes to the next waiting claim.
+        """
+        if type(worker_id) is not str or worker_id == PARKED:
+            worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        min_priority = _check_priority(min_priority, "min_priority")
+        wait = _check_timeout(timeout)
+        if wait == 0.0:
+            return self.claim(worker_id, visibility, min_priority)
+        return await _waiting.aclaim_wait(self, worker_id, visibility, min_priority, wait)
+
     def close(self) -> None:
-        """Does nothing (state lives with the process); safe to call twice."""
+        """End the waiting: every waiting claim returns ``None`` now, and from
+        now on a claim with a non-zero ``timeout`` returns ``None`` at once.
+
+        Everything else works as before (``timeout=0`` claims, publish, ack,
+        nack...).  Idempotent; ``closed`` tells whether it was called.
+        """
+        chain: List[_Waiter] = []
+        with self._lock:
+            self._closed = True
+            if self._busy:
+                return  # nested in an operation: its _serve_waiters wakes them
+            self._busy = True
+            try:
+                self._close_waiters(chain)
+            finally:
+                self._settle()
+        self._wake(chain)
+        if self._timer is not None:
+            self._timer.poke()  # it sees the transport closed and ends
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
 
     def __enter__(self) -> "InMemoryTransport":
         return self
@@ -716,7 +1289,11 @@ class InMemoryTransport:
         """
         group = self._groups.get(group_id)
         if group is not None:
-            group.messages.append((seq, event))
+            messages = group.messages
+            if messages:
+                messages.append((seq, event))
+            else:  # an empty paused group
+                self._refill(group, seq, event)
             self._messages += 1
             return
         level = self._levels.get(priority)
@@ -748,6 +1325,110 @@ class InMemoryTransport:
                 self._add(*pending.pop(0))
         finally:
             self._busy = False
+
+    def _add_batch(self, first: int, batch: List[Tuple[str, Any, int]]) -> None:
+        """Add ``batch`` as messages ``first``, ``first + 1``, ...: all or none.
+
+        A failure (MemoryError) takes back the messages added so far, newest
+        first, so the transport is left as it was.
+        """
+        groups = self._groups
+        count = len(batch)
+        added: List[Optional[_Group]] = [None] * count  # allocated before any change
+        how = [0] * count  # 0: appended, 1: refilled an empty paused group, 2: created the group
+        done = 0
+        try:
+            for group_id, event, priority in batch:
+                group = groups.get(group_id)
+                how[done] = 2 if group is None else 0 if group.messages else 1
+                self._add(first + done, group_id, event, priority)
+                added[done] = groups[group_id]
+                done += 1
+        except BaseException:
+            for i in range(done - 1, -1, -1):
+                group = added[i]
+                assert group is not None
+                group.messages.pop()
+                self._messages -= 1
+                if how[i] == 2:
+                    self._forget(group)
+                elif how[i] == 1:
+                    self._idle += 1
+                    if group.key < 0:
+                        group.key = -_NEVER_CLAIMED
+            raise
+
+    def _add_paused(self, group_id: str) -> None:
+        """Create group ``group_id`` for ``pause``: priority 0, no message, paused."""
+        level = self._levels.get(0)
+        if level is None:
+            level = _Level(0, self._rng.random())
+            self._levels[0] = level
+            self._root = _treap_insert(self._root, level)
+        try:
+            self._groups[group_id] = _paused_group(group_id, level)
+        except BaseException:
+            if level.groups == 0:  # made for this group alone
+                del self._levels[0]
+                self._root = _treap_delete(self._root, 0)
+            raise
+        level.groups += 1
+        self._paused += 1
+        self._idle += 1
+
+    def _refill(self, group: _Group, seq: int, event: Any) -> None:
+        """The first message of an empty paused group."""
+        group.messages.append((seq, event))  # allocates: first, while nothing changed
+        self._idle -= 1
+        if group.key < 0:  # never claimed: placed by its oldest message
+            group.key = seq - _NEVER_CLAIMED
+
+    # -- claiming and acking in batches
+
+    def _claim_next(
+        self, worker_id: str, expires_at: float, min_priority: int, now: float
+    ) -> Optional[Tuple[int, str, Any, int]]:
+        """One claim of ``claim_many`` (expiry applied): ``(seq, group_id,
+        event, attempt)`` of the message leased, or None."""
+        entry = self._find(min_priority)
+        if entry is None:
+            return None
+        group = entry[1]
+        self._lock_group(group, _LEASED, worker_id, expires_at)  # allocates: first
+        self._take_top(group.level)
+        self._claims = claims = self._claims + 1
+        group.key = claims
+        group.last_claimed_at = now
+        group.attempt = attempt = group.attempt + 1
+        group.open = True
+        seq, event = group.messages[group.head]  # type: ignore[misc]
+        return seq, group.group_id, event, attempt
+
+    def _ack_current(self, group: _Group) -> Tuple[int, Any]:
+        """``ack`` of the current delivery of ``group``: returns the spent
+        ``(seq, event)``, which the caller drops after the lock."""
+        messages = group.messages
+        head = group.head + 1
+        if head < len(messages) and group.ready_key is None and not group.paused:
+            self._make_ready(group)  # allocates: first, while nothing changed
+        if group.lock != _FREE or group.tick:
+            self._unlock(group)
+        group.open = False
+        group.attempt = 0
+        spent = messages[head - 1]
+        messages[head - 1] = None
+        self._messages -= 1
+        if head == len(messages):
+            if group.paused:
+                self._keep_idle(group)
+            else:
+                self._forget(group)
+        else:
+            if head >= 32 and head * 2 >= len(messages):
+                del messages[:head]
+                head = 0
+            group.head = head
+        return spent  # type: ignore[return-value]
 
     # -- ready heaps and the level treap
 
@@ -784,14 +1465,21 @@ class InMemoryTransport:
                 self._compact(level)
 
     def _compact(self, level: _Level) -> None:
-        """Rebuild a level's heap from its live entries: O(size), amortised O(1)."""
+        """Rebuild a level's heap from its live entries: O(size), amortised O(1).
+
+        Best effort: out of memory, the stale entries stay (nothing else
+        changes), so that taking back a failed batch cannot fail here.
+        """
         live = []
         seen = set()
-        for entry in level.heap:
-            group = entry[1]
-            if group.ready_key == entry[0] and group.level is level and id(group) not in seen:
-                seen.add(id(group))
-                live.append(entry)
+        try:
+            for entry in level.heap:
+                group = entry[1]
+                if group.ready_key == entry[0] and group.level is level and id(group) not in seen:
+                    seen.add(id(group))
+                    live.append(entry)
+        except MemoryError:
+            return
         heapify(live)
         level.heap = live
         level.stale = 0
@@ -840,6 +1528,38 @@ class InMemoryTransport:
             else:
                 node = node.right
         return best
+
+    def _set_level(self, group: _Group, priority: int) -> None:
+        """Move ``group`` to the level of ``priority`` (a new one if need be),
+        keeping its round-robin key and, if it is ready, its readiness."""
+        level = self._levels.get(priority)
+        if level is None:
+            level = _Level(priority, self._rng.random())
+            self._levels[priority] = level
+            self._root = _treap_insert(self._root, level)
+        entry = None
+        if group.ready_key is not None:
+            entry = (group.key, group)
+            try:
+                # The only allocation, first; the entry is stale (ignored)
+                # until ``group.level`` is ``level``.
+                heappush(level.heap, entry)
+            except BaseException:
+                if level.groups == 0:  # made for this group alone
+                    del self._levels[priority]
+                    self._root = _treap_delete(self._root, priority)
+                raise
+            self._unready(group)
+        old = group.level
+        old.groups -= 1
+        if old.groups == 0:
+            del self._levels[old.priority]
+            self._root = _treap_delete(self._root, old.priority)
+        group.level = level
+        level.groups += 1
+        if entry is not None:
+            group.ready_key = entry[0]
+            self._repair(level)
 
     # -- lock state and the expiry heap
 
@@ -891,7 +1611,8 @@ class InMemoryTransport:
         while expiry and expiry[0][0] < now:
             _, tick, group = expiry[0]
             if group.tick == tick:  # else stale: the lock was released or replaced
-                self._make_ready(group)  # allocates: first, while nothing changed
+                if not group.paused:
+                    self._make_ready(group)  # allocates: first, while nothing changed
                 self._unlock(group)  # the delivery (group.open) stays current
             heappop(expiry)
 
@@ -923,6 +1644,335 @@ class InMemoryTransport:
         group.messages = []
         group.group_id = ""
         group.level = None  # type: ignore[assignment]
+
+    def _keep_idle(self, group: _Group) -> None:
+        """A paused group's last message is gone: it stays, empty."""
+        group.messages = []
+        group.head = 0
+        self._idle += 1
+
+    def _purge(self, group: _Group) -> None:
+        """Drop ``group`` and its messages (the caller holds the message list,
+        to release the events after the lock)."""
+        if group.lock != _FREE or group.tick:
+            self._unlock(group)
+        group.open = False
+        group.attempt = 0
+        held = len(group.messages) - group.head
+        if group.paused:
+            group.paused = False
+            self._paused -= 1
+            if not held:
+                self._idle -= 1
+        self._messages -= held
+        self._forget(group)
+
+    # -- waiting claims (the waiters section; _waiting.py is the other side)
+
+    def _serve_waiters(self, now: Optional[float]) -> None:
+        """THE ENTRY POINT (see the waiters section): serve the waiting claims.
+
+        Call it *after* releasing the lock, when ``self._nwaiting``, at the
+        end of any operation that may have made a message claimable or that
+        read the clock; ``now`` is that operation's clock reading, or None
+        when it read none (the clock is read here then).  If that read fails,
+        nothing is handed over and the expiry timer is asked to look for
+        itself: the operation does not fail.
+        """
+        error: Optional[BaseException] = None
+        if now is None:
+            try:
+                now = _check_time(self._clock())
+            except BaseException as exc:  # noqa: B036 - re-raised below unless an ordinary error
+                error = exc
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                return  # user code nested in an operation: that operation serves
+            self._busy = True
+            try:
+                if self._nwaiting or self._orphans:
+                    if now is None:
+                        self._timer_at = -_INF  # the timer looks now, with its own reading
+                        self._poke = True
+                    else:
+                        if now < self._time:
+                            now = self._time
+                        else:
+                            self._time = now
+                        self._serve_locked(now, chain)
+            finally:
+                self._settle()
+        self._wake(chain)
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt and the like: not swallowed
+
+    def _serve_locked(self, now: float, chain: List[_Waiter]) -> None:
+        """Hand every claimable message to the waiting claim it belongs to
+        (lock held; ``now`` is the transport time), then arm the timer."""
+        if self._orphans:
+            self._end_orphans(chain)
+        if self._closed:
+            self._close_waiters(chain)
+            return
+        expiry = self._expiry
+        if expiry and expiry[0][0] < now:
+            self._expire(now)
+        queues = self._wqueues
+        while self._nwaiting:
+            best: Optional[_Waiter] = None
+            for floor in self._wfloors:
+                if self._find(floor) is None:
+                    break  # nor does any higher floor admit a ready group
+                head = queues[floor].head
+                assert head is not None
+                if best is None or head.arrival < best.arrival:
+                    best = head
+            if best is None:
+                break
+            self._hand_off(best, now)
+            if self._promise(best, chain):
+                self._wakeups[0] += 1
+        self._arm_timer()
+
+    def _hand_off(self, w: _Waiter, now: float) -> None:
+        """Claim for ``w`` (queued; some ready group admits it) as ``claim``
+        would, keep the lease and the undo data on it, take it off the queue."""
+        entry = self._find(w.floor)
+        assert entry is not None
+        group = entry[1]
+        w.prev_key = group.key
+        w.prev_claimed_at = group.last_claimed_at
+        w.prev_open = group.open
+        expires_at = now + w.visibility
+        self._lock_group(group, _LEASED, w.worker_id, expires_at)
+        self._take_top(group.level)
+        self._claims = claims = self._claims + 1
+        group.key = claims
+        group.last_claimed_at = now
+        group.attempt = attempt = group.attempt + 1
+        group.open = True
+        w.seq, w.event = group.messages[group.head]  # type: ignore[misc]
+        w.group_id = group.group_id
+        w.expires_at = expires_at
+        w.attempt = attempt
+        self._dequeue(w)
+        w.state = _W_HANDED
+
+    def _undo(self, w: _Waiter) -> bool:
+        """Take back the claim ``_hand_off`` made for ``w``, exactly, if that
+        delivery is still current: the group is ready again with its old
+        round-robin key, attempt count, open flag and ``last_claimed_at``."""
+        group = self._groups.get(w.group_id)
+        if (
+            group is None
+            or not group.open
+            or group.attempt != w.attempt
+            or group.messages[group.head][0] != w.seq  # type: ignore[index]
+        ):
+            return False  # re-delivered since (its lease expired): nothing of it left
+        if group.ready_key is not None:  # expired: ready under the hand-off's key
+            self._unready(group)
+        if group.lock != _FREE or group.tick:
+            self._unlock(group)
+        group.attempt = w.attempt - 1
+        group.open = w.prev_open
+        group.key = w.prev_key
+        group.last_claimed_at = w.prev_claimed_at
+        if not group.paused:  # paused meanwhile: it stays out of the ready set until resumed
+            self._make_ready(group)
+        return True
+
+    def _enqueue(self, w: _Waiter) -> None:
+        """Put ``w`` at the end of its floor's FIFO."""
+        queue = self._wqueues.get(w.floor)
+        if queue is None:
+            queue = _FloorQueue()
+            insort(self._wfloors, w.floor)
+            self._wqueues[w.floor] = queue
+        tail = queue.tail
+        w.prev = tail
+        w.next = None
+        if tail is None:
+            queue.head = w
+        else:
+            tail.next = w
+        queue.tail = w
+        self._arrivals += 1
+        w.arrival = self._arrivals
+        w.state = _W_WAITING
+        self._nwaiting += 1
+
+    def _dequeue(self, w: _Waiter) -> None:
+        """Take queued ``w`` out of its FIFO."""
+        queue = self._wqueues[w.floor]
+        prev, nxt = w.prev, w.next
+        if prev is None:
+            queue.head = nxt
+        else:
+            prev.next = nxt
+        if nxt is None:
+            queue.tail = prev
+        else:
+            nxt.prev = prev
+        w.prev = w.next = None
+        if queue.head is None:
+            del self._wqueues[w.floor]
+            self._wfloors.remove(w.floor)
+        w.state = _W_IDLE
+        self._nwaiting -= 1
+
+    def _promise(self, w: _Waiter, chain: List[_Waiter]) -> bool:
+        """Promise ``w`` a wake (run after the lock); False if one is pending."""
+        if w.pending:
+            return False
+        w.pending = True
+        chain.append(w)
+        return True
+
+    def _arm_timer(self) -> None:
+        """While claims wait, the expiry timer must fire by the earliest expiry."""
+        if self._nwaiting:
+            expiry = self._expiry
+            if expiry and expiry[0][0] < self._timer_at:
+                self._timer_at = expiry[0][0]
+                self._poke = True
+
+    def _close_waiters(self, chain: List[_Waiter]) -> None:
+        """``close()``: every queued record is woken as CLOSED."""
+        for floor in self._wfloors:
+            w = self._wqueues[floor].head
+            while w is not None:
+                nxt = w.next
+                w.prev = w.next = None
+                w.state = _W_CLOSED
+                if self._promise(w, chain):
+                    self._wakeups[1] += 1
+                w = nxt
+        self._wqueues.clear()
+        self._wfloors.clear()
+        self._nwaiting = 0
+
+    def _end_orphans(self, chain: List[_Waiter]) -> None:
+        orphans, self._orphans = self._orphans, []
+        for w in orphans:
+            self._end_locked(w, False, chain)
+
+    def _end_locked(self, w: _Waiter, keep: bool, chain: List[_Waiter]) -> bool:
+        """``_wait_end`` under the lock: True if ``w`` keeps a handed lease."""
+        state = w.state
+        if state == _W_WAITING:
+            self._dequeue(w)
+        elif state == _W_HANDED:
+            w.state = _W_IDLE
+            if keep:
+                return True
+            if self._undo(w) and self._nwaiting:
+                self._serve_locked(self._time, chain)
+        else:
+            w.state = _W_IDLE
+        return False
+
+    def _wake(self, chain: List[_Waiter]) -> None:
+        """Run the promised wakes and poke the timer (after the lock is released)."""
+        for w in chain:
+            w.wake()
+        if self._poke:
+            self._poke = False
+            _waiting.poke_timer(self)
+
+    def _lease_of(self, w: _Waiter) -> Lease:
+        return _issue(w.seq, w.group_id, w.event, w.worker_id, w.expires_at, w.attempt, self._owner)
+
+    # -- waiting claims: what _waiting.py calls (see its docstring)
+
+    def _waiter(self, worker_id: str, visibility: float, min_priority: int, wake: Callable[[], None]) -> _Waiter:
+        """A new waiter record (arguments already checked)."""
+        return _Waiter(worker_id, visibility, min_priority, wake)
+
+    def _wait_start(self, w: _Waiter) -> Optional[Lease]:
+        """Read the clock; claim for ``w`` or queue it (see ``_waiting.py``)."""
+        now = _check_time(self._clock())
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                raise _reentered("claim")
+            self._busy = True
+            try:
+                if self._closed:
+                    w.state = _W_CLOSED
+                else:
+                    if now < self._time:
+                        now = self._time
+                    else:
+                        self._time = now
+                    self._enqueue(w)
+                    w.pending = True  # its owner is running this: no wake for it
+                    self._serve_locked(now, chain)
+                    if w.state == _W_WAITING:
+                        w.pending = False
+            finally:
+                self._settle()
+        self._wake(chain)
+        if w.state == _W_HANDED:
+            w.state = _W_IDLE
+            return self._lease_of(w)
+        return None
+
+    def _timer_fire(self) -> float:
+        """For the expiry timer, when the time it is armed for is due: read
+        the clock; if claims wait, expire and serve.  Returns the time used."""
+        now = _check_time(self._clock())
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                raise _reentered("_timer_fire")
+            self._busy = True
+            try:
+                self._timer_at = _INF
+                if self._nwaiting or self._orphans:
+                    if now < self._time:
+                        now = self._time
+                    else:
+                        self._time = now
+                    self._serve_locked(now, chain)  # arms the timer again if claims still wait
+                self._poke = False  # this is the timer: it knows
+            finally:
+                self._settle()
+        self._wake(chain)
+        return now
+
+    def _timer_due(self) -> Tuple[float, float]:
+        """For the expiry timer: (the clock time it is armed for, the transport time)."""
+        with self._lock:
+            return self._timer_at, self._time
+
+    def _wait_end(self, w: _Waiter, keep: bool) -> Optional[Lease]:
+        """End ``w``'s wait: its handed lease if ``keep``, else an exact undo
+        of the hand-off (the message goes to the next waiter).  Never raises."""
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                # From user code nested in an operation (a coroutine finalised
+                # by the garbage collector): the next serving ends it.
+                self._orphans.append(w)
+                return None
+            self._busy = True
+            try:
+                kept = self._end_locked(w, keep, chain)
+            finally:
+                self._settle()
+        self._wake(chain)
+        return self._lease_of(w) if kept else None
+
+    def _waiting_count(self) -> int:
+        """Waiting claims queued now; for tests."""
+        return self._nwaiting
+
+    def _wake_counts(self) -> Tuple[int, int]:
+        """Wakes promised to waiting claims so far: (hand-offs, close); for tests."""
+        with self._lock:
+            return (self._wakeups[0], self._wakeups[1])
 
 
 def _reentered(operation: str) -> RuntimeError:

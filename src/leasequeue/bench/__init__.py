@@ -20,6 +20,7 @@ One module per idea:
 ``seed``            the seed's sort-per-claim algorithm
 ``workloads``       what one timed op is, and the prefilled states (a registry)
 ``timing``          measuring, interleaving, ratios, the seed's extrapolation
+``batches``         the batched cycle and the control plane, next to the single calls
 ``memory``          memory and GC cost, in a fresh interpreter per figure
 ``goals``           the project's performance goals, judged on a run
 ``machine``         the machine description
@@ -27,6 +28,9 @@ One module per idea:
 ``runner``          one run, start to end: the JSON-able report
 ``report``          the Markdown tables and the summary line
 ``plot``            the PNG plot (matplotlib, optional)
+``waiting``         waiting for work: wake-up latency (thread, asyncio) and
+                    worker throughput, against queue.Queue, asyncio.Queue,
+                    janus and culsans
 ``callgrind``       the fixed cycle ``benchmarks/callgrind.py`` counts
 ``config``, ``fmt`` the run's configuration; number formatting
 ==================  ==========================================================

@@ -44,10 +44,20 @@ class BenchConfig:
     seed_max_n: int = SEED_MAX_N_QUICK
     memory_n: Optional[int] = 100_000
     memory_groups: List[str] = field(default_factory=lambda: ["N/10"])
+    #: the waiting measurements (``bench/waiting.py``): wake-up latency and throughput
+    waiting: bool = True
+    wake_samples: int = 400
+    throughput_messages: int = 20_000
+    throughput_threads: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    #: the batched cycle (``bench/batches.py``): batch sizes, and the N it runs at (G = N/10)
+    batch_sizes: List[int] = field(default_factory=lambda: [1, 16, 64, 256])
+    batch_n: List[int] = field(default_factory=lambda: [10_000, 100_000])
+    #: N of the control-plane measurement (G = N/10); None: skip it
+    control_n: Optional[int] = 100_000
 
     @classmethod
     def quick(cls) -> "BenchConfig":
-        """Default: N in {1k, 10k, 100k}, G = N/10, 5 repeats (under a minute)."""
+        """Default: N in {1k, 10k, 100k}, G = N/10, 5 repeats (about a minute)."""
         return cls()
 
     @classmethod
@@ -62,6 +72,10 @@ class BenchConfig:
             seed_max_n=SEED_MAX_N_FULL,
             memory_n=1_000_000,
             memory_groups=["1", "N/10", "N"],
+            wake_samples=2_000,
+            throughput_messages=100_000,
+            batch_n=[10_000, 1_000_000],
+            control_n=1_000_000,
         )
 
     @classmethod
@@ -76,4 +90,9 @@ class BenchConfig:
             seed_max_n=1_000,
             memory_n=1_000,
             memory_groups=["N/10"],
+            wake_samples=20,
+            throughput_messages=500,
+            throughput_threads=[1, 2],
+            batch_n=[1_000],
+            control_n=1_000,
         )

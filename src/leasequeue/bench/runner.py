@@ -6,6 +6,8 @@ import time
 from dataclasses import asdict
 from typing import Any, Dict
 
+from .batches import run_batches
+from .batches import steps as batch_steps
 from .config import BenchConfig
 from .goals import evaluate_goals
 from .impls import ALL_IMPLS, available_impls
@@ -13,6 +15,8 @@ from .machine import machine
 from .memory import run_memory
 from .progress import Progress
 from .timing import configs, extrapolate_seed, loop_overhead_ns, ratios, run_timings, runs
+from .waiting import run_waiting
+from .waiting import steps as waiting_steps
 from .workloads import PAIRED, WORKLOADS, run_order
 
 __all__ = ["run"]
@@ -30,6 +34,9 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
             steps += cfg.repeats * len(runs(cfg, impls, n, w))
     if memory and cfg.memory_n:
         steps += len(impls) * len(cfg.memory_groups)
+    if cfg.waiting:
+        steps += waiting_steps(cfg)
+    steps += batch_steps(cfg, impls)
     prog = Progress(steps, enabled=progress)
     started = time.time()
     loop_ns = loop_overhead_ns()
@@ -37,7 +44,9 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
     extrapolate_seed(cfg, results)
     ref = "cython" if "cython" in impls else "pure"
     rat = ratios(results, ref)
+    batches = run_batches(cfg, impls, prog)
     mem = run_memory(cfg, impls, prog) if memory else []
+    waiting = run_waiting(cfg, prog) if cfg.waiting else None
     prog.finish("benchmark done")
     report = {
         "meta": {
@@ -59,7 +68,9 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
             key=lambda r: (list(WORKLOADS).index(r["workload"]), r["n"], r["groups"], ALL_IMPLS.index(r["impl"])),
         ),
         "ratios": rat,
+        "batches": batches,
         "memory": mem,
+        "waiting": waiting,
     }
-    report["targets"] = evaluate_goals(cfg, results, rat, mem)
+    report["targets"] = evaluate_goals(cfg, results, rat, mem, waiting, batches)
     return report
