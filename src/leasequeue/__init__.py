@@ -46,7 +46,8 @@ __all__ = [
 NO_EXTENSIONS: bool = bool(os.environ.get("LEASEQUEUE_NO_EXTENSIONS"))
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
-    from ._sqlite import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, SQLiteTransport
+    from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError
+    from ._sqlite import SQLiteTransport
 
 IMPLEMENTATION: str
 if TYPE_CHECKING or NO_EXTENSIONS:
@@ -78,15 +79,22 @@ else:
 def __getattr__(name: str) -> object:
     """The durable backends are imported on first use.
 
-    ``SQLiteTransport`` (and its serializers) needs only the standard
+    The serializers and ``EventDecodeError`` (shared by both, in
+    ``_serializers``) and ``SQLiteTransport`` need only the standard
     library; ``PostgresTransport`` needs psycopg (the ``postgres`` extra), so
     it is not in ``__all__`` either: ``from leasequeue import *`` does not
     need it.
     """
-    if name in ("SQLiteTransport", "JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
+    if name in ("JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
+        from . import _serializers
+
+        value = getattr(_serializers, name)
+        globals()[name] = value
+        return value
+    if name == "SQLiteTransport":
         from . import _sqlite
 
-        return getattr(_sqlite, name)
+        return _sqlite.SQLiteTransport
     if name == "PostgresTransport":
         from ._postgres import PostgresTransport
 

@@ -3,7 +3,10 @@
 ``leasequeue bench`` runs the side-by-side benchmarks (quick mode by
 default, under a minute) and prints the comparison table and the ratios;
 ``--full`` runs every size, ``--plot FILE.png`` / ``--json FILE`` /
-``--markdown FILE`` save the results.  ``leasequeue --version`` prints the
+``--markdown FILE`` save the results.  ``leasequeue bench --sqlite`` and
+``leasequeue bench --postgres`` run the SQLite and the PostgreSQL
+benchmarks instead (``leasequeue.bench.sqlite``, ``leasequeue.bench.postgres``:
+the options after them are that benchmark's).  ``leasequeue --version`` prints the
 version and which implementation ``leasequeue.InMemoryTransport`` is.
 """
 
@@ -98,6 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the waiting measurements: wake-up latency (thread and asyncio) and worker throughput",
     )
     b.add_argument("--wake-samples", type=int, metavar="S", help="wake-up samples per implementation and repeat")
+    b.add_argument(
+        "--sqlite",
+        action="store_true",
+        help="run the SQLite benchmark instead: SQLiteTransport against persist-queue, litequeue and huey "
+        "(its own options: leasequeue bench --sqlite --help)",
+    )
+    b.add_argument(
+        "--postgres",
+        action="store_true",
+        help="run the PostgreSQL benchmark instead: PostgresTransport against procrastinate and PGQueuer "
+        "on one server (its own options: leasequeue bench --postgres --help)",
+    )
     b.add_argument(
         "--from-json",
         metavar="FILE",
@@ -198,8 +213,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``leasequeue`` console script and ``python -m leasequeue``."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["bench"] and "--postgres" in args_list[1:]:
+        # The PostgreSQL benchmark has options of its own (--conninfo, --sync, ...).
+        from .bench.postgres import main as postgres_main
+
+        return postgres_main([a for a in args_list[1:] if a != "--postgres"])
+    if args_list[:1] == ["bench"] and "--sqlite" in args_list[1:]:
+        from .bench.sqlite import main as sqlite_main
+
+        return sqlite_main([a for a in args_list[1:] if a != "--sqlite"])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     if args.command == "bench":
         try:
             return _bench(args)

@@ -26,23 +26,32 @@ except ImportError as _exc:  # pragma: no cover - exercised without the extra
         "leasequeue.PostgresTransport needs psycopg 3: pip install 'leasequeue[postgres]'"
     ) from _exc
 
-from ._errors import LeaseLost, LeaseQueueError
-from ._postgres_lease import check_lease, delivery_key, issue
-from ._postgres_serial import dump, resolve_serializer
-from ._postgres_sql import SCHEMA_VERSION, query, schema
+from ._durable import DeliveryKey, check_lease, decoded_lease, issue, lease_key, lost
+from ._errors import LeaseQueueError
 from ._postgres_wait import Listener, Waiter, WaitRoom
+from ._serializers import EventDecodeError, check_serializer, serialize_bytes
+from ._sqlfiles import load_queries, load_script
 from ._types import GroupInfo, TransportStats
 from ._validation import (
+    check_count,
     check_duration,
     check_id,
+    check_item,
     check_priority,
     check_time,
+    check_timeout,
     check_worker,
 )
 
-__all__ = ["PostgresTransport"]
+__all__ = ["SCHEMA_VERSION", "PostgresTransport"]
+
+#: The schema version this code writes and understands (``leasequeue.meta``).
+SCHEMA_VERSION = 1
 
 _INF = math.inf
+#: ``claim``'s count is a SQL ``int``: a larger ``max_count`` claims every
+#: eligible group all the same.
+_INT32_MAX = 2**31 - 1
 
 # Set on each connection: the server-side functions' statements keep their
 # generic (prepared) plans, which are index scans whatever the values; with
@@ -51,35 +60,28 @@ _INF = math.inf
 _SESSION = "SET plan_cache_mode = force_generic_plan"
 _STATES = {1: "leased", 2: "parked"}
 
-# Queries, by name, loaded once.
-_Q_CLAIM = query("claim")
-_Q_PUBLISH = query("publish")
-_Q_ACK = query("ack")
-_Q_NACK = query("nack")
-_Q_EXTEND = query("extend")
+# The named queries of ``sql/postgres/queries.sql``, loaded once.
+_Q = load_queries("postgres")
+_Q_CLAIM = _Q["claim"]
+_Q_PUBLISH = _Q["publish"]
+_Q_ACK = _Q["ack"]
+_Q_NACK = _Q["nack"]
+_Q_EXTEND = _Q["extend"]
 
 
-def _lost(key: Any, lease: Any) -> LeaseLost:
-    return LeaseLost(
-        f"lease of message {lease.seq!r} in group {lease.group_id!r} (attempt {lease.attempt!r}) "
-        "is not current: it was acked, nacked, re-delivered, purged, or names no delivery of this queue"
-    )
+#: Stands for the time in a statement's parameters: ``_execute`` puts the
+#: injected clock's reading there (None: the server's clock) once it holds
+#: the connection, so that the reading is taken as late as possible (a
+#: connection being made can take long; a lease ends ``visibility`` after
+#: the time its claim read).
+_NOW: Any = object()
 
 
-def _check_timeout(timeout: Any) -> float:
-    if timeout is None:
-        return _INF
-    return check_duration(timeout, "timeout")
-
-
-def _check_count(value: Any) -> int:
-    if type(value) is not int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"max_count must be an int, not {type(value).__name__}")
-        value = int(value)
-    if value < 0:
-        raise ValueError(f"max_count must be >= 0, not {value!r}")
-    return min(value, 2**31 - 1)  # no upper bound: a huge count claims every eligible group
+def _delivery(key: Tuple[str, int, int, str]) -> Tuple[str, int, int, str]:
+    """A lease key ``(group_id, attempt, seq, worker_id)`` as the server-side
+    functions take it: ``(group_id, seq, attempt, worker_id)``."""
+    group_id, attempt, seq, worker_id = key
+    return (group_id, seq, attempt, worker_id)
 
 
 def _error(exc: BaseException, what: str) -> LeaseQueueError:
@@ -185,7 +187,7 @@ class PostgresTransport:
         queue = check_id(queue, "queue")
         if clock is not None and not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
-        self._dumps, self._loads = resolve_serializer(serializer)
+        self._dumps, self._loads = check_serializer(serializer)
         self._conninfo = conninfo
         self._clock = clock
         self._name = queue
@@ -194,7 +196,7 @@ class PostgresTransport:
         conn = self._connect()
         try:
             self._check_schema(conn)
-            row = conn.execute(query("register_queue"), (queue,)).fetchone()
+            row = conn.execute(_Q["register_queue"], (queue,)).fetchone()
         except psycopg.Error as exc:
             conn.close()
             raise _error(exc, f"PostgresTransport(queue={queue!r})") from exc
@@ -206,7 +208,7 @@ class PostgresTransport:
         self._channel = f"leasequeue_{self._queue}"
         self._room = WaitRoom()
         self._listener = Listener(self._connect, self._channel, self._room, self._poke,
-                                  query("listen_register"), query("listen_unregister"), self._queue)
+                                  _Q["listen_register"], _Q["listen_unregister"], self._queue)
         self._aconns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------ set-up
@@ -223,10 +225,10 @@ class PostgresTransport:
                     conn.execute("SELECT pg_advisory_xact_lock(hashtext('leasequeue.install'))")
                     exists = conn.execute("SELECT to_regclass('leasequeue.meta')").fetchone()
                     if exists is not None and exists[0] is not None:
-                        found = conn.execute(query("schema_version")).fetchone()
+                        found = conn.execute(_Q["schema_version"]).fetchone()
                         if found is not None and int(found[0]) > SCHEMA_VERSION:
                             raise LeaseQueueError(_newer(int(found[0])))
-                    conn.execute(schema())
+                    conn.execute(load_script("postgres"))
         except psycopg.Error as exc:
             raise _error(exc, "PostgresTransport.install") from exc
 
@@ -249,7 +251,7 @@ class PostgresTransport:
             raise LeaseQueueError(
                 "the database has no leasequeue schema: run leasequeue.PostgresTransport.install(conninfo) first"
             )
-        row = conn.execute(query("schema_version")).fetchone()
+        row = conn.execute(_Q["schema_version"]).fetchone()
         version = int(row[0]) if row is not None else 0
         if version > SCHEMA_VERSION:
             raise LeaseQueueError(_newer(version))
@@ -261,18 +263,38 @@ class PostgresTransport:
 
     # ------------------------------------------------------------ plumbing
 
-    def _now(self) -> Optional[float]:
+    def _check_open(self, what: str) -> None:
+        """``LeaseQueueError`` once closed (after the arguments were checked,
+        before the clock is read: docs/decisions.md, "After close()")."""
+        if self._closed:
+            raise LeaseQueueError(f"{what}: the PostgresTransport on queue {self._name!r} is closed")
+
+    def _read_clock(self) -> Optional[float]:
         """The injected clock's reading (checked), or None: the server's clock."""
         clock = self._clock
         if clock is None:
             return None
         return check_time(clock())
 
+    def _now(self, what: str) -> Optional[float]:
+        """``_read_clock`` for a call that sends nothing (a lease whose fields
+        name no delivery): a closed transport raises first, reading no clock."""
+        self._check_open(what)
+        return self._read_clock()
+
     def _execute(self, what: str, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
-        """One statement on a pooled connection; its rows."""
-        if self._closed:
-            raise LeaseQueueError(f"{what}: the PostgresTransport is closed")
+        """One statement on a pooled connection; its rows.  A ``_NOW`` among
+        the parameters becomes the clock's reading, taken once the connection
+        is in hand (after the closed check: a closed transport reads no clock)."""
+        self._check_open(what)
         conn, generation = self._pool.get()
+        if any(p is _NOW for p in params):
+            try:
+                now = self._read_clock()
+            except BaseException:
+                self._pool.put(conn, generation)
+                raise
+            params = tuple(now if p is _NOW else p for p in params)
         try:
             rows = conn.execute(sql, params).fetchall()
         except psycopg.Error as exc:
@@ -307,7 +329,7 @@ class PostgresTransport:
         """
         group_id = check_id(group_id, "group_id")
         priority = check_priority(priority, "priority")
-        payload = dump(self._dumps, event)
+        payload = serialize_bytes(self._dumps, event)
         return int(self._scalar("publish", _Q_PUBLISH, (self._queue, self._seq_oid, group_id, payload, priority)))
 
     def claim(
@@ -321,29 +343,36 @@ class PostgresTransport:
         worker_id = check_worker(worker_id)
         visibility = check_duration(visibility, "visibility")
         min_priority = check_priority(min_priority, "min_priority")
-        wait = _check_timeout(timeout)
+        wait = check_timeout(timeout)
         if wait > 0.0:
             return self._claim_waiting(worker_id, visibility, min_priority, wait)
-        now = self._now()
-        rows = self._execute("claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, False, None))
+        rows = self._execute(
+            "claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, _NOW, 1, False, None)
+        )
         leases = self._leases(rows, worker_id, visibility)
         return leases[0] if leases else None
 
     def ack(self, lease: Any) -> None:
         """Done: remove the leased message (``LeaseLost`` if not current)."""
         check_lease(lease)
-        key = delivery_key(lease)
-        if key is None or not self._scalar("ack", _Q_ACK, (self._queue, *key)):
-            raise _lost(key, lease)
+        key = lease_key(lease)
+        self._check_open("ack")
+        if key is None or not self._scalar("ack", _Q_ACK, (self._queue, *_delivery(key))):
+            raise lost(lease)
 
     def nack(self, lease: Any, delay: float = 0.0) -> None:
         """Give the message back: retry now (``delay == 0``) or park it for ``delay`` s."""
         check_lease(lease)
         delay = check_duration(delay, "delay")
-        now = self._now() if delay > 0.0 else None
-        key = delivery_key(lease)
-        if key is None or not self._scalar("nack", _Q_NACK, (self._queue, *key, delay, now)):
-            raise _lost(key, lease)
+        now = _NOW if delay > 0.0 else None
+        key = lease_key(lease)
+        if key is None:
+            if delay > 0.0:
+                self._now("nack")
+            self._check_open("nack")
+            raise lost(lease)
+        if not self._scalar("nack", _Q_NACK, (self._queue, *_delivery(key), delay, now)):
+            raise lost(lease)
         if delay > 0.0:
             self._locked(delay)
 
@@ -351,24 +380,25 @@ class PostgresTransport:
         """Heartbeat: the same delivery, leased until ``now + visibility``."""
         check_lease(lease)
         visibility = check_duration(visibility, "visibility")
-        now = self._now()
-        key = delivery_key(lease)
-        expires_at = None if key is None else self._scalar("extend", _Q_EXTEND, (self._queue, *key, visibility, now))
+        key = lease_key(lease)
+        if key is None:
+            self._now("extend")
+            raise lost(lease)
+        expires_at = self._scalar("extend", _Q_EXTEND, (self._queue, *_delivery(key), visibility, _NOW))
         if expires_at is None:
-            raise _lost(key, lease)
-        assert key is not None
+            raise lost(lease)
         self._locked(visibility)
-        return issue(key[1], key[0], lease.event, key[3], float(expires_at), key[2])
+        group_id, attempt, seq, worker_id = key
+        return issue(seq, group_id, lease.event, worker_id, float(expires_at), attempt)
 
     def stats(self) -> TransportStats:
         """Counts as of now (expired leases and parks count as neither)."""
-        now = self._now()
-        row = self._execute("stats", query("stats"), (self._queue, now))[0]
+        row = self._execute("stats", _Q["stats"], (self._queue, _NOW))[0]
         return TransportStats(*(int(x) for x in row))
 
     def __len__(self) -> int:
         """Messages held: ready + leased + parked."""
-        return int(self._scalar("len", query("count"), (self._queue,)))
+        return int(self._scalar("len", _Q["count"], (self._queue,)))
 
     # ------------------------------------------------------------ leases
 
@@ -381,23 +411,34 @@ class PostgresTransport:
     def _leases(self, rows: List[Tuple[Any, ...]], worker_id: str, visibility: float = _INF) -> List[Any]:
         """Leases from claim rows (the report row, seq NULL, is skipped).
 
-        An event that does not deserialize: the claims are undone and
-        ``LeaseQueueError`` raised.
+        An event that does not deserialize: the claims stand and
+        ``EventDecodeError`` carries the first such lease (its ``leases``:
+        every lease of the batch, the undecodable ones with their stored
+        bytes as the event).  An interruption (``KeyboardInterrupt``) while
+        the leases are made undoes the claims (docs/decisions.md, "Interrupted
+        claims").
         """
+        if any(row[0] is not None for row in rows):
+            self._locked(visibility)
         leases = []
+        failed: Optional[EventDecodeError] = None
         try:
             for seq, group_id, payload, expires_at, attempt, *_ in rows:
                 if seq is None:
                     continue
-                event = self._loads(bytes(payload))
-                leases.append(issue(int(seq), group_id, event, worker_id, float(expires_at), int(attempt)))
-        except BaseException as exc:
+                try:
+                    lease = decoded_lease(self._loads, bytes(payload), int(seq), group_id, worker_id,
+                                          float(expires_at), int(attempt))
+                except EventDecodeError as exc:
+                    lease = exc.lease
+                    failed = failed or exc
+                leases.append(lease)
+        except BaseException:
             self._undo(rows, worker_id)
-            if isinstance(exc, Exception):
-                raise LeaseQueueError(f"claim: an event could not be deserialized: {exc!r}") from exc
             raise
-        if leases:
-            self._locked(visibility)
+        if failed is not None:
+            failed.leases = leases
+            raise failed
         return leases
 
     def _undo(self, rows: List[Tuple[Any, ...]], worker_id: str) -> None:
@@ -408,7 +449,7 @@ class PostgresTransport:
             try:
                 self._execute(
                     "unclaim",
-                    query("unclaim"),
+                    _Q["unclaim"],
                     (self._queue, group_id, seq, attempt, worker_id, prev_rr, prev_last, prev_open, prev_worker),
                 )
             except LeaseQueueError:
@@ -437,10 +478,24 @@ class PostgresTransport:
             while True:
                 if claim:
                     room.take_wake(waiter)
-                    rows = self._claim_report(worker_id, visibility, min_priority)
+                    try:
+                        rows = self._claim_report(worker_id, visibility, min_priority)
+                    except LeaseQueueError:
+                        if self._closed:  # closed meanwhile: a waiting claim returns None
+                            return None
+                        # A connection lost while this claim slept (a server
+                        # restart) fails the first statement sent on it, and
+                        # the pool then reconnects: try once more at once.
+                        # A second failure reaches the caller.
+                        try:
+                            rows = self._claim_report(worker_id, visibility, min_priority)
+                        except LeaseQueueError:
+                            if self._closed:
+                                return None
+                            raise
+                    used = any(row[0] is not None for row in rows)
                     leases = self._leases(rows, worker_id, visibility)
                     if leases:
-                        used = True
                         return leases[0]
                     busy = self._learn(rows[-1])
                 if self._closed:
@@ -475,14 +530,13 @@ class PostgresTransport:
         return bool(busy)
 
     def _claim_report(self, worker_id: str, visibility: float, min_priority: int) -> List[Tuple[Any, ...]]:
-        now = self._now()
         # A token names the lease this call may make, so that it can be given
         # back if the caller is interrupted (KeyboardInterrupt, a lost
         # connection) before the answer arrives: it may have committed.
         token = random.getrandbits(62) + 1
         try:
             return self._execute(
-                "claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, True, token)
+                "claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, _NOW, 1, True, token)
             )
         except BaseException:
             self._release(token)
@@ -490,7 +544,7 @@ class PostgresTransport:
 
     def _release(self, token: int) -> None:
         try:
-            self._execute("release", query("release_token"), (self._queue, token))
+            self._execute("release", _Q["release_token"], (self._queue, token))
         except Exception:
             pass  # unreachable server: the lease, if any, ends at its visibility
 
@@ -512,14 +566,14 @@ class PostgresTransport:
         worker_id = check_worker(worker_id)
         visibility = check_duration(visibility, "visibility")
         min_priority = check_priority(min_priority, "min_priority")
-        wait = _check_timeout(timeout)
+        wait = check_timeout(timeout)
+        if self._closed:
+            return None  # any timeout: a worker loop on aclaim ends on close()
         loop = asyncio.get_running_loop()
         if wait == 0.0:
             rows = await self._aclaim_once(loop, worker_id, visibility, min_priority, False)
             leases = self._leases(rows, worker_id, visibility)
             return leases[0] if leases else None
-        if self._closed:
-            return None
         deadline = time.monotonic() + wait
         if not self._listener.running:
             await loop.run_in_executor(None, self._start_listener)
@@ -533,10 +587,20 @@ class PostgresTransport:
                 waiter.arm()
                 if claim:
                     room.take_wake(waiter)
-                    rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
+                    try:
+                        rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
+                    except LeaseQueueError:
+                        if self._closed:
+                            return None
+                        try:  # once more at once, as in claim: the pool reconnects
+                            rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
+                        except LeaseQueueError:
+                            if self._closed:
+                                return None
+                            raise
+                    used = any(row[0] is not None for row in rows)
                     leases = self._leases(rows, worker_id, visibility)
                     if leases:
-                        used = True
                         return leases[0]
                     busy = self._learn(rows[-1])
                 if self._closed:
@@ -583,10 +647,9 @@ class PostgresTransport:
     async def _aclaim_once(
         self, loop: asyncio.AbstractEventLoop, worker_id: str, visibility: float, min_priority: int, report: bool
     ) -> List[Tuple[Any, ...]]:
-        if self._closed:
-            raise LeaseQueueError("claim: the PostgresTransport is closed")
-        now = self._now()
+        self._check_open("aclaim")
         conn = await self._aconn(loop)
+        now = self._read_clock()  # once the connection is in hand, as _execute does
         try:
             cur = await conn.execute(
                 _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, report, None)
@@ -651,65 +714,48 @@ class PostgresTransport:
     def pause(self, group_id: str) -> bool:
         """Never serve the group until ``resume``; True if it was not paused."""
         group_id = check_id(group_id, "group_id")
-        return bool(self._scalar("pause", query("pause"), (self._queue, group_id)))
+        return bool(self._scalar("pause", _Q["pause"], (self._queue, group_id)))
 
     def resume(self, group_id: str) -> bool:
         """Lift a pause and end a park now; True if either was lifted."""
         group_id = check_id(group_id, "group_id")
-        return bool(self._scalar("resume", query("resume"), (self._queue, group_id)))
+        return bool(self._scalar("resume", _Q["resume"], (self._queue, group_id)))
 
     def purge(self, group_id: str) -> int:
         """Remove every message of the group and forget it; the count removed."""
         group_id = check_id(group_id, "group_id")
-        return int(self._scalar("purge", query("purge"), (self._queue, group_id)))
+        return int(self._scalar("purge", _Q["purge"], (self._queue, group_id)))
 
     def set_priority(self, group_id: str, priority: int) -> bool:
         """Change a live group's priority; False if there is no such group."""
         group_id = check_id(group_id, "group_id")
         priority = check_priority(priority, "priority")
-        return bool(self._scalar("set_priority", query("set_priority"), (self._queue, group_id, priority)))
+        return bool(self._scalar("set_priority", _Q["set_priority"], (self._queue, group_id, priority)))
 
     def group(self, group_id: str) -> Optional[GroupInfo]:
         """What one group is doing now, or None."""
         group_id = check_id(group_id, "group_id")
-        now = self._now()
-        rows = self._execute("group", query("group_info"), (self._queue, group_id, now))
+        rows = self._execute("group", _Q["group_info"], (self._queue, group_id, _NOW))
         return _info(rows[0]) if rows else None
 
     def groups(self) -> List[GroupInfo]:
         """A snapshot of every group, in group creation order: O(G + N)."""
-        now = self._now()
-        return [_info(row) for row in self._execute("groups", query("group_info"), (self._queue, None, now))]
+        return [_info(row) for row in self._execute("groups", _Q["group_info"], (self._queue, None, _NOW))]
 
     # ------------------------------------------------------------ batches
 
     def publish_many(self, items: Iterable[Any]) -> List[int]:
         """Publish every item (``(group_id, event)`` or ``(group_id, event, priority)``)
         in one transaction; every item is validated and serialized first."""
-        groups: List[str] = []
-        payloads: List[bytes] = []
-        priorities: List[int] = []
-        checked = []
-        for item in list(items):
-            if not isinstance(item, tuple):
-                raise TypeError(
-                    "publish_many items must be (group_id, event) or (group_id, event, priority) tuples, "
-                    f"not {type(item).__name__}"
-                )
-            size = tuple.__len__(item)  # a tuple subclass is read as the tuple it is
-            if size not in (2, 3):
-                raise ValueError(f"publish_many items must have 2 or 3 fields, not {size}")
-            group_id = check_id(tuple.__getitem__(item, 0), "group_id")
-            priority = check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
-            checked.append((group_id, tuple.__getitem__(item, 1), priority))
-        for group_id, event, priority in checked:
-            groups.append(group_id)
-            payloads.append(dump(self._dumps, event))
-            priorities.append(priority)
+        checked = [check_item(item) for item in list(items)]
+        groups = [group_id for group_id, _event, _priority in checked]
+        payloads = [serialize_bytes(self._dumps, event) for _group_id, event, _priority in checked]
+        priorities = [priority for _group_id, _event, priority in checked]
+        self._check_open("publish_many")
         if not groups:
             return []
         rows = self._execute(
-            "publish_many", query("publish_many"), (self._queue, self._seq_oid, groups, payloads, priorities)
+            "publish_many", _Q["publish_many"], (self._queue, self._seq_oid, groups, payloads, priorities)
         )
         return [int(r[0]) for r in rows]
 
@@ -717,11 +763,11 @@ class PostgresTransport:
         """Up to ``max_count`` claims at one time, in one transaction; never waits."""
         worker_id = check_worker(worker_id)
         visibility = check_duration(visibility, "visibility")
-        max_count = _check_count(max_count)
+        max_count = check_count(max_count)
         min_priority = check_priority(min_priority, "min_priority")
-        now = self._now()
+        count = min(max_count, _INT32_MAX)
         rows = self._execute(
-            "claim_many", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, max_count, False, None)
+            "claim_many", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, _NOW, count, False, None)
         )
         return self._leases(rows, worker_id, visibility)
 
@@ -730,10 +776,11 @@ class PostgresTransport:
         leases = list(leases)
         for lease in leases:
             check_lease(lease)
+        self._check_open("ack_many")
         lost_at = []  # positions in ``leases`` of the leases that were not current
-        keyed = []  # (position, key) of the others, in order
+        keyed: List[Tuple[int, Tuple[str, int, int, str]]] = []  # (position, key) of the others, in order
         for pos, lease in enumerate(leases):
-            key = delivery_key(lease)
+            key: DeliveryKey = lease_key(lease)
             if key is None:
                 lost_at.append(pos)
             else:
@@ -741,13 +788,13 @@ class PostgresTransport:
         if keyed:
             rows = self._execute(
                 "ack_many",
-                query("ack_many"),
+                _Q["ack_many"],
                 (
                     self._queue,
-                    [k[0] for _, k in keyed],
-                    [k[1] for _, k in keyed],
-                    [k[2] for _, k in keyed],
-                    [k[3] for _, k in keyed],
+                    [group_id for _, (group_id, _a, _s, _w) in keyed],
+                    [seq for _, (_g, _a, seq, _w) in keyed],
+                    [attempt for _, (_g, attempt, _s, _w) in keyed],
+                    [worker_id for _, (_g, _a, _s, worker_id) in keyed],
                 ),
             )
             lost_at.extend(keyed[int(r[0]) - 1][0] for r in rows)

@@ -8,6 +8,12 @@ and a free loopback TCP port, and stops it (``pg_ctl stop -m immediate``) and
 removes the directory on ``stop()``.  ``restart_immediate()`` is the crash
 the fault tests need: ``pg_ctl restart -m immediate``.
 
+``fsync=False`` starts it with ``fsync=off``, for tests: a commit still
+writes its WAL to the kernel before it returns (``synchronous_commit``
+stays on), so a crashed or killed server process (``-m immediate``,
+``SIGKILL``) loses nothing; only an operating-system crash could.  The
+benchmarks keep the default, ``fsync=on``.
+
 Run as a module it starts a server and prints its conninfo, for ``.ci/run``::
 
     python -m leasequeue._postgres_server start DIR   # prints the conninfo
@@ -51,7 +57,7 @@ def _free_port() -> int:
 class ThrowawayServer:
     """One PostgreSQL cluster in a temporary directory, owned by this object."""
 
-    def __init__(self, base: Optional[str] = None) -> None:
+    def __init__(self, base: Optional[str] = None, *, fsync: bool = True) -> None:
         initdb = find_bin("initdb")
         pg_ctl = find_bin("pg_ctl")
         if initdb is None or pg_ctl is None:
@@ -68,6 +74,7 @@ class ThrowawayServer:
         self.as_postgres = hasattr(os, "geteuid") and os.geteuid() == 0
         self.user = "postgres" if self.as_postgres else None
         self.started = False
+        self.fsync = fsync
 
     # ------------------------------------------------------------------ run
 
@@ -102,6 +109,8 @@ class ThrowawayServer:
             f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
             "-c max_connections=200 -c shared_buffers=128MB"
         )
+        if not self.fsync:
+            options += " -c fsync=off"
         try:
             self._run([self.pg_ctl, "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o", options, "start"])
         except subprocess.CalledProcessError as exc:

@@ -3,17 +3,19 @@
 The durable backends keep their SQL out of Python strings (procrastinate's
 layout): ``sql/<backend>/schema.sql`` holds the schema as plain statements,
 ``sql/<backend>/queries.sql`` the statements the code runs, each under a
-``-- name: NAME --`` header followed by a one-line description.
+``-- name: NAME --`` header followed by a one-line description.  SQLite runs
+its schema statement by statement (``load_statements``); PostgreSQL runs its
+schema, with its ``$$``-quoted function bodies, as one script
+(``load_script``).
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
 from importlib import resources
 from typing import Dict, List
 
-__all__ = ["load_queries", "load_statements"]
+__all__ = ["load_queries", "load_script", "load_statements"]
 
 _HEADER = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*--\s*$", re.MULTILINE)
 
@@ -47,6 +49,8 @@ def load_queries(backend: str, filename: str = "queries.sql") -> Dict[str, str]:
 
 def load_statements(backend: str, filename: str = "schema.sql") -> List[str]:
     """The statements of a script file, in order, each complete (triggers included)."""
+    import sqlite3  # its statement splitter; only the SQLite backend needs this
+
     statements: List[str] = []
     pending = ""
     for line in _strip_comments(_read(backend, filename)).splitlines():
@@ -57,3 +61,8 @@ def load_statements(backend: str, filename: str = "schema.sql") -> List[str]:
     if pending.strip():
         raise ValueError(f"{backend}/{filename}: incomplete statement at the end: {pending.strip()[:60]!r}")
     return statements
+
+
+def load_script(backend: str, filename: str = "schema.sql") -> str:
+    """A whole script file, as one string, for a server that runs it in one go."""
+    return _read(backend, filename)

@@ -29,6 +29,9 @@ How it works:
 * Leases are ``leasequeue.Lease`` values built from their fields.  A lease is
   current when its group's open delivery has its seq, attempt and worker:
   any process may ack a lease it holds, or one rebuilt from the fields.
+  Accepting and issuing leases (``_durable``), the serializers
+  (``_serializers``) and the SQL files (``_sqlfiles``) are shared with
+  ``PostgresTransport``.
 * No user code under the lock: the clock is read and events are serialized
   before it, events are deserialized after it.
 
@@ -39,10 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import math
 import os
-import pickle
 import sqlite3
 import threading
 import time
@@ -51,8 +52,14 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from . import _inmemory_py
-from ._errors import LeaseLost, LeaseQueueError
+from ._errors import LeaseQueueError
+from ._durable import LEASE_TYPES as _LEASE_TYPES
+from ._durable import check_lease as _check_lease
+from ._durable import decoded_lease, issue
+from ._durable import lease_key as _lease_key
+from ._durable import lost as _lost
+from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, serialize
+from ._serializers import check_serializer as _check_serializer
 from ._sqlfiles import load_queries, load_statements
 from ._sqlite_waiting import Waiter, WaitQueue, Watcher, call_all
 from ._types import PARKED, GroupInfo, TransportStats
@@ -65,6 +72,8 @@ from ._validation import (
     check_time,
     check_worker,
 )
+from ._validation import check_count as _check_count
+from ._validation import check_item as _check_item
 
 __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTransport", "EventDecodeError"]
 
@@ -80,31 +89,9 @@ PAGE_SIZE = int(os.environ.get("LEASEQUEUE_SQLITE_PAGE_SIZE", "1024"))
 #: WAL size (bytes) at which a commit checkpoints it into the database file.
 WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
 
-Serializer = Tuple[Callable[[Any], Union[bytes, str]], Callable[[Any], Any]]
-
-#: The default: pickle at the highest protocol (any picklable event).
-PICKLE_SERIALIZER: Serializer = (
-    lambda event: pickle.dumps(event, pickle.HIGHEST_PROTOCOL),
-    pickle.loads,
-)
-#: JSON (stored as text; events must be JSON values; tuples come back as lists).
-JSON_SERIALIZER: Serializer = (
-    lambda event: json.dumps(event, separators=(",", ":"), allow_nan=False),
-    json.loads,
-)
-
 _Q = load_queries("sqlite")
 _NEVER_CLAIMED = 2**62
 _INF = math.inf
-
-# The leases this transport accepts: either implementation's class.
-_LEASE_TYPES: Tuple[type, ...] = (_inmemory_py.Lease,)
-try:
-    from . import _inmemory_c
-
-    _LEASE_TYPES += (_inmemory_c.Lease,)
-except ImportError:  # a pure-Python install
-    pass
 
 # After a fork, a child must not touch its parent's connection (SQLite's
 # rule), nor close it (closing could checkpoint or unlock the parent's file):
@@ -126,44 +113,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class EventDecodeError(LeaseQueueError):
-    """A claimed message's event could not be deserialized.
-
-    The claim happened: ``lease`` is its lease, with the stored bytes (or
-    text) as its ``event``, so the caller may ack or nack it.  Left alone, the
-    lease expires and the message is delivered again.  From ``claim_many``,
-    ``leases`` holds every lease of the batch.
-    """
-
-    def __init__(self, message: str, lease: Any) -> None:
-        super().__init__(message)
-        self.lease = lease
-        #: claim_many: every lease of the batch (the undecodable ones with
-        #: their stored bytes as the event), all of them claimed.
-        self.leases = [lease]
-
-
 # ---------------------------------------------------------------- opening
-
-
-def _check_serializer(serializer: Any) -> Serializer:
-    if serializer is None or serializer == "pickle":
-        return PICKLE_SERIALIZER
-    if serializer == "json":
-        return JSON_SERIALIZER
-    if isinstance(serializer, str):
-        raise ValueError(f"serializer must be 'pickle', 'json' or a (dumps, loads) pair, not {serializer!r}")
-    if (
-        not isinstance(serializer, tuple)
-        or len(serializer) != 2
-        or not callable(serializer[0])
-        or not callable(serializer[1])
-    ):
-        raise TypeError(
-            f"serializer must be None, 'pickle', 'json' or a (dumps, loads) pair of callables, "
-            f"not {type(serializer).__name__}"
-        )
-    return serializer
 
 
 def _database_error(exc: BaseException, path: str, busy_timeout: float) -> LeaseQueueError:
@@ -305,67 +255,10 @@ def _open(path: str, durable: bool, busy_timeout: float) -> sqlite3.Connection:
 # ---------------------------------------------------------------- leases
 
 
-def _lease_key(lease: Any) -> Optional[Tuple[str, int, int, str]]:
-    """``(group_id, attempt, seq, worker_id)`` to match a delivery, or None if
-    the lease's fields cannot name one (a hand-built lease of the wrong types)."""
-    group_id = lease.group_id
-    attempt = lease.attempt
-    seq = lease.seq
-    worker_id = lease.worker_id
-    if (
-        type(group_id) is not str
-        or type(worker_id) is not str
-        or type(seq) is not int
-        or type(attempt) is not int
-        or not 0 < seq <= INT64_MAX
-        or not 0 < attempt <= INT64_MAX
-    ):
-        return None
-    return (group_id, attempt, seq, worker_id)
-
-
-def _check_lease(lease: Any) -> None:
-    if type(lease) not in _LEASE_TYPES:
-        raise TypeError(f"expected a Lease, not {type(lease).__name__}")
-
-
-def _lost(lease: Any) -> LeaseLost:
-    return LeaseLost(
-        f"lease of message {lease.seq!r} in group {lease.group_id!r} (attempt {lease.attempt!r}) "
-        "is not current: it was acked, nacked, re-delivered or purged, or it is not from this database"
-    )
-
-
 def _check_timeout(timeout: Any) -> Optional[float]:
     if timeout is None:
         return None
     return check_duration(timeout, "timeout")
-
-
-def _check_count(value: Any) -> int:
-    if type(value) is not int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"max_count must be an int, not {type(value).__name__}")
-        value = int(value)
-    if value < 0:
-        raise ValueError(f"max_count must be >= 0, not {value}")
-    return value
-
-
-def _check_item(item: Any) -> Tuple[str, Any, int]:
-    """One ``publish_many`` item (docs/decisions.md): a tuple, read as the
-    tuple it is (a named tuple's own methods are not called), of 2 or 3 fields."""
-    if not isinstance(item, tuple):
-        raise TypeError(
-            f"publish_many() items must be (group_id, event) or (group_id, event, priority) tuples, "
-            f"not {type(item).__name__}"
-        )
-    size = tuple.__len__(item)
-    if size != 2 and size != 3:
-        raise ValueError(f"a publish_many() item has 2 or 3 fields, not {size}")
-    group_id = check_id(tuple.__getitem__(item, 0), "group_id")
-    priority = check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
-    return group_id, tuple.__getitem__(item, 1), priority
 
 
 def _info(row: Tuple[Any, ...]) -> GroupInfo:
@@ -518,28 +411,12 @@ class SQLiteTransport:
         raise exc
 
     def _serialize(self, event: Any) -> Union[bytes, str]:
-        data = self._dumps(event)
-        if type(data) is not bytes and type(data) is not str:
-            if isinstance(data, (bytes, bytearray, memoryview)):
-                return bytes(data)
-            if isinstance(data, str):
-                return str.__getitem__(data, slice(None))
-            raise TypeError(f"the serializer's dumps() must return bytes or str, not {type(data).__name__}")
-        return data
+        return serialize(self._dumps, event)
 
     def _lease(self, row: Tuple[Any, ...], worker_id: str) -> Any:
         """A Lease from a claim's row (after the lock: deserializing is user code)."""
         _gid, group_id, seq, attempt, _priority, data, expires_at = row
-        try:
-            event = self._loads(data)
-        except Exception as exc:
-            lease = _Lease(seq, group_id, data, worker_id, expires_at, attempt)
-            raise EventDecodeError(
-                f"the event of message {seq} in group {group_id!r} could not be deserialized "
-                f"({type(exc).__name__}: {exc}); it stays leased to {worker_id!r} until {expires_at}",
-                lease,
-            ) from exc
-        return _Lease(seq, group_id, event, worker_id, expires_at, attempt)
+        return decoded_lease(self._loads, data, seq, group_id, worker_id, expires_at, attempt)
 
     def _signal(self, priorities: Iterable[int]) -> List[Callable[[], None]]:
         return self._queue.signal(priorities)
@@ -735,7 +612,7 @@ class SQLiteTransport:
                 raise _lost(lease)
         if wakes:
             call_all(wakes)
-        return _Lease(lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt)
+        return issue(lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt)
 
     def stats(self) -> TransportStats:
         """Counts now: messages, groups, live leases, parked messages, paused groups.
@@ -1395,11 +1272,3 @@ def _resolve(future: "asyncio.Future[None]") -> None:
     if not future.done():
         future.set_result(None)
 
-
-def _lease_class() -> Any:
-    from . import Lease
-
-    return Lease
-
-
-_Lease = _lease_class()

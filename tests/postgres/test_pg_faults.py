@@ -277,3 +277,55 @@ def test_server_restart_immediate(own_server: Any, queue_name: str) -> None:
     th.join(30)
     assert waiting and waiting[0] is not None and waiting[0].event == "wake"
     t.close()
+
+
+@pytest.mark.parametrize("side", ["thread", "asyncio"])
+def test_a_waiting_claim_outlives_a_server_restart(own_server: Any, queue_name: str, side: str) -> None:
+    """A claim waiting through ``pg_ctl restart -m immediate`` keeps waiting:
+    the first statement it sends afterwards goes out on its pooled, now dead,
+    connection and fails, and it tries once more on a new one.  Nothing calls
+    the waiting transport meanwhile (another transport publishes), so that
+    dead connection is still in its pool when the claim looks again."""
+    import asyncio
+
+    conninfo = own_server.conninfo
+    t = PostgresTransport(conninfo, queue=queue_name)
+    t.publish("other", 0)  # priority 0: below the floor, the claim keeps waiting
+    result: List[Any] = []
+
+    def wait_in_thread() -> None:
+        try:
+            result.append(t.claim("waiter", 30, 7, timeout=60))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            result.append(exc)
+
+    def wait_in_loop() -> None:
+        async def main() -> Any:
+            return await t.aclaim("waiter", 30, 7, timeout=60)
+        try:
+            result.append(asyncio.run(main()))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            result.append(exc)
+
+    th = threading.Thread(target=wait_in_thread if side == "thread" else wait_in_loop)
+    th.start()
+    time.sleep(0.5)  # the claim found nothing and sleeps
+    own_server.owned.restart_immediate()
+    publisher = None
+    for _ in range(100):
+        try:
+            publisher = PostgresTransport(conninfo, queue=queue_name)
+            break
+        except LeaseQueueError:
+            time.sleep(0.1)
+    assert publisher is not None, "the server did not come back"
+    time.sleep(1.5)  # the listener reconnects and has every waiting claim look again
+    publisher.publish("urgent", "wake", 7)
+    th.join(30)
+    assert not th.is_alive(), "the waiting claim never returned"
+    [got] = result
+    assert not isinstance(got, BaseException), f"the waiting claim failed: {got!r}"
+    assert got is not None and got.event == "wake" and got.group_id == "urgent"
+    publisher.ack(got)  # a lease is its fields: any transport of the queue acks it
+    publisher.close()
+    t.close()

@@ -1,4 +1,4 @@
--- Named queries of PostgresTransport (loaded by leasequeue._postgres_sql).
+-- Named queries of PostgresTransport (loaded by leasequeue._sqlfiles.load_queries).
 -- Each query sits under a "-- name: NAME --" header followed by a one-line
 -- description; parameters are psycopg placeholders (%s), in order.
 -- Every write is one call of a server-side function (schema.sql), so each

@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS leasequeue.groups (
     lock_state      smallint NOT NULL DEFAULT 0,  -- 0 free, 1 leased, 2 parked
     lock_worker     text,              -- the holder, '__parked__' for a park
     expires_at      double precision,  -- end of the lease or park ('Infinity': never)
-    attempt         int NOT NULL DEFAULT 0,       -- deliveries of the head message so far
+    attempt         bigint NOT NULL DEFAULT 0,    -- deliveries of the head message so far
     open            boolean NOT NULL DEFAULT false, -- the head's latest delivery is current
     lease_seq       bigint,            -- the delivery's message (the head)
     lease_worker    text,              -- the delivery's worker
@@ -61,6 +61,30 @@ CREATE TABLE IF NOT EXISTS leasequeue.groups (
 );
 ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS claim_token bigint;
 ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS created bigint NOT NULL DEFAULT nextval('leasequeue.created');
+
+-- A database installed by a pre-release of this schema counted attempts in
+-- an int: a lease's attempt is in the signed 64-bit range (decisions.md,
+-- "Part 3"), so the column and the functions that take or return one are
+-- bigint now.  The old functions go (their replacements differ in argument
+-- or result types, which CREATE OR REPLACE cannot change).
+DO $$
+BEGIN
+    IF (SELECT a.atttypid FROM pg_attribute a
+        WHERE a.attrelid = 'leasequeue.groups'::regclass AND a.attname = 'attempt') = 'int4'::regtype THEN
+        ALTER TABLE leasequeue.groups ALTER COLUMN attempt TYPE bigint;
+        DROP FUNCTION IF EXISTS leasequeue.claim(int, text, double precision, bigint, double precision, int,
+                                                 boolean, bigint);
+        DROP FUNCTION IF EXISTS leasequeue.unclaim(int, text, bigint, int, text, bigint, double precision,
+                                                   boolean, text);
+        DROP FUNCTION IF EXISTS leasequeue.nack(int, text, bigint, int, text, double precision, double precision);
+        DROP FUNCTION IF EXISTS leasequeue.extend(int, text, bigint, int, text, double precision,
+                                                  double precision);
+        DROP FUNCTION IF EXISTS leasequeue.current(int, text, bigint, int, text);
+        DROP FUNCTION IF EXISTS leasequeue.ack(int, text, bigint, int, text);
+        DROP FUNCTION IF EXISTS leasequeue.ack_many(int, text[], bigint[], int[], text[]);
+        DROP FUNCTION IF EXISTS leasequeue.group_info(int, text, double precision);
+    END IF;
+END $$;
 
 -- Ready groups by round-robin key (the claim's main index), and by priority
 -- level for claims with a floor above some ready group's priority.
@@ -289,11 +313,10 @@ END $$;
 -- Up to p_count successive claims at one time (claim: p_count = 1).  Each
 -- serves the ready group with the smallest round-robin key among those with
 -- priority >= p_min_priority, skipping rows another transaction holds.
-DROP FUNCTION IF EXISTS leasequeue.claim(int, text, double precision, bigint, double precision, int, boolean);
 CREATE OR REPLACE FUNCTION leasequeue.claim(p_queue int, p_worker text, p_visibility double precision,
                                             p_min_priority bigint, p_now double precision, p_count int,
                                             p_report boolean, p_token bigint)
-RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt int,
+RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt bigint,
                prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -458,7 +481,7 @@ END $$;
 -- Undo a claim whose caller was cancelled before it got the lease: the
 -- group's state before the claim comes back (attempt, round-robin key,
 -- the previous delivery), and the message is announced again.
-CREATE OR REPLACE FUNCTION leasequeue.unclaim(p_queue int, p_group text, p_seq bigint, p_attempt int,
+CREATE OR REPLACE FUNCTION leasequeue.unclaim(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
                                               p_worker text, p_prev_rr bigint, p_prev_last double precision,
                                               p_prev_open boolean, p_prev_worker text)
 RETURNS boolean LANGUAGE plpgsql AS $$
@@ -510,7 +533,7 @@ END $$;
 -- ------------------------------------------------------------------ settle
 
 -- The group row of a current delivery, locked; NULL fields if not current.
-CREATE OR REPLACE FUNCTION leasequeue.current(p_queue int, p_group text, p_seq bigint, p_attempt int,
+CREATE OR REPLACE FUNCTION leasequeue.current(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
                                               p_worker text)
 RETURNS leasequeue.groups LANGUAGE plpgsql AS $$
 DECLARE
@@ -525,7 +548,7 @@ BEGIN
     RETURN v_g;
 END $$;
 
-CREATE OR REPLACE FUNCTION leasequeue.ack(p_queue int, p_group text, p_seq bigint, p_attempt int,
+CREATE OR REPLACE FUNCTION leasequeue.ack(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
                                           p_worker text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
@@ -566,7 +589,7 @@ END $$;
 -- batch is settled with set statements (one ack per group at most: after
 -- it, the group's next message has no open delivery).
 CREATE OR REPLACE FUNCTION leasequeue.ack_many(p_queue int, p_groups text[], p_seqs bigint[],
-                                               p_attempts int[], p_workers text[])
+                                               p_attempts bigint[], p_workers text[])
 RETURNS SETOF int LANGUAGE plpgsql AS $$
 DECLARE
     v_pos int[];
@@ -617,7 +640,7 @@ BEGIN
     WHERE NOT (i = ANY (v_pos)) ORDER BY i;
 END $$;
 
-CREATE OR REPLACE FUNCTION leasequeue.nack(p_queue int, p_group text, p_seq bigint, p_attempt int,
+CREATE OR REPLACE FUNCTION leasequeue.nack(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
                                            p_worker text, p_delay double precision, p_now double precision)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
@@ -648,7 +671,7 @@ BEGIN
 END $$;
 
 -- The new expires_at, or NULL if the lease is not current.
-CREATE OR REPLACE FUNCTION leasequeue.extend(p_queue int, p_group text, p_seq bigint, p_attempt int,
+CREATE OR REPLACE FUNCTION leasequeue.extend(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
                                              p_worker text, p_visibility double precision,
                                              p_now double precision)
 RETURNS double precision LANGUAGE plpgsql AS $$
@@ -788,7 +811,7 @@ END $$;
 -- One group (p_group) or every group (p_group NULL), as of now.
 CREATE OR REPLACE FUNCTION leasequeue.group_info(p_queue int, p_group text, p_now double precision)
 RETURNS TABLE (group_id text, priority bigint, messages bigint, paused boolean, lock_state smallint,
-               head_seq bigint, lock_worker text, expires_at double precision, attempt int,
+               head_seq bigint, lock_worker text, expires_at double precision, attempt bigint,
                last_claimed_at double precision)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column

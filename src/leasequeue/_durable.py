@@ -1,0 +1,121 @@
+"""Leases of the durable backends: accepted by their fields, issued as values.
+
+A durable transport (SQLite, PostgreSQL) cannot stamp its leases with an
+in-process owner token: a worker in another process, or after a restart,
+rebuilds a lease from its fields.  So a lease names its delivery by
+``seq``, ``group_id``, ``attempt`` and ``worker_id`` (docs/decisions.md,
+"Part 3: durable backends"), compared with the group's open delivery in the
+store; ``expires_at`` and ``event`` are not compared.
+
+* ``check_lease``: the type check every settling call makes first: a
+  ``Lease`` of either implementation (pure or Cython), hand-built included;
+  anything else is a ``TypeError``.
+* ``lease_key``: the four fields as exact types, or ``None`` when they can
+  name no delivery (a hand-built lease may hold anything: a field of
+  another type, a ``str`` or ``int`` subclass, a number outside
+  ``1 .. 2**63 - 1``).  Reading the fields runs no user code.
+* ``lost``: the ``LeaseLost`` for a lease that is not current.
+* ``issue`` / ``decoded_lease``: the ``leasequeue.Lease`` a claim returns,
+  the latter deserializing the stored event first (``EventDecodeError``
+  carrying the lease, with the stored data as its event, if that fails).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+from . import _inmemory_py
+from ._errors import LeaseLost
+from ._serializers import EventDecodeError
+from ._validation import INT64_MAX
+
+__all__ = ["LEASE_TYPES", "DeliveryKey", "check_lease", "decoded_lease", "issue", "lease_class", "lease_key", "lost"]
+
+
+def _lease_types() -> Tuple[type, ...]:
+    types: Tuple[type, ...] = (_inmemory_py.Lease,)
+    try:
+        from . import _inmemory_c
+    except ImportError:  # a pure-Python install
+        pass
+    else:
+        types += (_inmemory_c.Lease,)
+    return types
+
+
+#: The lease classes a durable transport accepts: either implementation's.
+LEASE_TYPES: Tuple[type, ...] = _lease_types()
+
+#: ``(group_id, attempt, seq, worker_id)``, or None for a lease whose fields
+#: cannot name any delivery.
+DeliveryKey = Optional[Tuple[str, int, int, str]]
+
+
+def check_lease(lease: Any) -> None:
+    """``TypeError`` unless ``lease`` is a ``Lease`` of either implementation."""
+    if type(lease) not in LEASE_TYPES:
+        raise TypeError(f"expected a Lease, not {type(lease).__name__}")
+
+
+def lease_key(lease: Any) -> DeliveryKey:
+    """``(group_id, attempt, seq, worker_id)`` to match a delivery, or None if
+    the lease's fields cannot name one (exact ``str`` / ``int`` only, ``seq``
+    and ``attempt`` in ``1 .. 2**63 - 1``)."""
+    group_id = lease.group_id
+    attempt = lease.attempt
+    seq = lease.seq
+    worker_id = lease.worker_id
+    if (
+        type(group_id) is not str
+        or type(worker_id) is not str
+        or type(seq) is not int
+        or type(attempt) is not int
+        or not 0 < seq <= INT64_MAX
+        or not 0 < attempt <= INT64_MAX
+    ):
+        return None
+    return (group_id, attempt, seq, worker_id)
+
+
+def lost(lease: Any) -> LeaseLost:
+    """The error for a lease that is not current."""
+    return LeaseLost(
+        f"lease of message {lease.seq!r} in group {lease.group_id!r} (attempt {lease.attempt!r}) "
+        "is not current: it was acked, nacked, re-delivered or purged, or it names no delivery of this store"
+    )
+
+
+def lease_class() -> Any:
+    """``leasequeue.Lease``: the class of the leases the durable backends issue
+    (the selected implementation's, as ``InMemoryTransport``'s)."""
+    from . import Lease
+
+    return Lease
+
+
+_Lease = lease_class()
+
+
+def issue(seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int) -> Any:
+    """A ``leasequeue.Lease`` built from its six fields."""
+    return _Lease(seq, group_id, event, worker_id, expires_at, attempt)
+
+
+def decoded_lease(
+    loads: Callable[[Any], Any], data: Any, seq: int, group_id: str, worker_id: str, expires_at: float, attempt: int
+) -> Any:
+    """The lease of a claimed message, its event ``loads(data)``.
+
+    If ``loads`` raises (an ``Exception``), ``EventDecodeError`` carries the
+    lease with ``data`` as its event: the claim stands.  A ``BaseException``
+    (``KeyboardInterrupt``) propagates as it is: the caller undoes the claim.
+    """
+    try:
+        event = loads(data)
+    except Exception as exc:
+        raise EventDecodeError(
+            f"the event of message {seq} in group {group_id!r} could not be deserialized "
+            f"({type(exc).__name__}: {exc}); it stays leased to {worker_id!r} until {expires_at}",
+            _Lease(seq, group_id, data, worker_id, expires_at, attempt),
+        ) from exc
+    return _Lease(seq, group_id, event, worker_id, expires_at, attempt)
