@@ -9,8 +9,9 @@ inside a transaction.  A killer sends SIGKILL to a random process every
 claim and every ack (intent before the call, outcome after) with the time,
 each line fsync'd.  Afterwards:
 
-* ``PRAGMA integrity_check`` is ok, and every counter the triggers keep
-  (lq_state, each group's message count and head) agrees with the rows;
+* ``PRAGMA integrity_check`` is ok, and every counter the statements and
+  triggers keep (lq_state, the lock counts stats() reads from the expiry
+  index, each group's message count and head) agrees with the rows;
 * every published message was acked exactly once or is still in the file;
 * no group ever had two live leases: a group's next delivery starts after
   the previous one ended (acked, or its lease expired: strictly after
