@@ -9,8 +9,9 @@ inside a transaction.  A killer sends SIGKILL to a random process every
 claim and every ack (intent before the call, outcome after) with the time,
 each line fsync'd.  Afterwards:
 
-* ``PRAGMA integrity_check`` is ok, and every counter the triggers keep
-  (lq_state, each group's message count and head) agrees with the rows;
+* ``PRAGMA integrity_check`` is ok, and every counter the statements and
+  triggers keep (lq_state, the lock counts stats() reads from the expiry
+  index, each group's message count and head) agrees with the rows;
 * every published message was acked exactly once or is still in the file;
 * no group ever had two live leases: a group's next delivery starts after
   the previous one ended (acked, or its lease expired: strictly after
@@ -36,6 +37,7 @@ from typing import Any
 import pytest
 
 from leasequeue import SQLiteTransport
+from leasequeue._sqlfiles import load_queries
 
 SECONDS = float(os.environ.get("LEASEQUEUE_CRASH_SECONDS", "20"))
 GROUPS = 1000
@@ -209,9 +211,12 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Any) -> None:
           f"{sum(len(v) for v in claims.values())} deliveries")
 
 
+QUERIES = load_queries("sqlite")
+
+
 def check_counters(db: sqlite3.Connection) -> None:
-    """What the triggers keep equals what the rows say."""
-    state = db.execute("SELECT messages, groups, leased, parked, paused FROM lq_state").fetchone()
+    """What the statements and triggers keep equals what the rows say."""
+    state = db.execute(QUERIES["counts"]).fetchone()  # what stats() reports, expiry aside
     actual = (
         db.execute("SELECT count(*) FROM lq_messages").fetchone()[0],
         db.execute("SELECT count(*) FROM lq_groups WHERE messages > 0").fetchone()[0],
@@ -220,6 +225,8 @@ def check_counters(db: sqlite3.Connection) -> None:
         db.execute("SELECT count(*) FROM lq_groups WHERE paused = 1").fetchone()[0],
     )
     assert state == actual
+    # stats() counts leases and parks in the expiry index: a lock has an end, a free group none
+    assert db.execute("SELECT count(*) FROM lq_groups WHERE (lock != 0) != (expires_at IS NOT NULL)").fetchone() == (0,)
     bad = db.execute(
         "SELECT g.group_id FROM lq_groups g LEFT JOIN "
         "(SELECT gid, count(*) AS n, min(seq) AS head FROM lq_messages GROUP BY gid) m USING (gid) "

@@ -2,13 +2,15 @@
 -- followed by a one-line description.  Parameters are numbered (?1, ?2, ...)
 -- and bound from tuples.  Every statement runs inside the BEGIN IMMEDIATE
 -- transaction of one transport operation (see _sqlite.py), except the reads
--- marked "read only".  No statement uses RETURNING: with this SQLite it costs
--- more than a second statement.
+-- marked "read only" and the statements marked "one statement" (run alone
+-- when no claim waits in the process: SQLite makes a lone write statement one
+-- transaction, which saves the BEGIN and COMMIT calls).  No statement uses
+-- RETURNING: with this SQLite it costs more than a second statement.
 --
--- Much of the work happens in the triggers of schema.sql: a publish is one
--- INSERT into the lq_publish view; use_time applies expiry; an
--- ack that moves a group's head on deletes the old head; an emptied group is
--- forgotten; the counters of lq_state follow the rows.
+-- Two triggers of schema.sql do part of the work: a publish is one INSERT
+-- into the lq_publish view; an ack that moves a group's head on deletes the
+-- old head, counts it out and forgets an emptied group.  Every other counter
+-- of lq_state is kept by the statements below that change it.
 --
 -- "The lease is current" is always the same five tests: the group's delivery
 -- is open, of that attempt, of its head message, to that worker, and the
@@ -32,19 +34,33 @@ CREATE TEMP TABLE IF NOT EXISTS lq_batch (
 INSERT INTO temp.lq_batch (group_id, priority, event) VALUES (?1, ?2, ?3);
 
 -- name: batch_take_seqs --
--- Take one seq per staged item.
-UPDATE lq_state SET last_seq = last_seq + (SELECT count(*) FROM temp.lq_batch);
+-- Take one seq per staged item, and count the items in (and the groups that held none).
+UPDATE lq_state SET
+    last_seq = last_seq + (SELECT count(*) FROM temp.lq_batch),
+    messages = messages + (SELECT count(*) FROM temp.lq_batch),
+    groups = groups + (
+        SELECT count(DISTINCT b.group_id) FROM temp.lq_batch AS b
+        WHERE NOT EXISTS (SELECT 1 FROM lq_groups AS g WHERE g.group_id = b.group_id AND g.head_seq IS NOT NULL))
+WHERE id = 1;
 
 -- name: batch_groups --
 -- Create the batch's new groups (priority and round-robin key of their first item;
--- ?1 = the seq before the batch) and count the messages into existing ones.
+-- ?1 = the seq before the batch) and count the messages into existing ones (only
+-- messages changes there: no index entry moves, lq_acked does not fire).
 INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
 SELECT group_id, priority, ?1 + min(n) - 4611686018427387904, count(*), ?1 + min(n), 0, 0, 0, 0
 FROM temp.lq_batch GROUP BY group_id ORDER BY min(n)
-ON CONFLICT (group_id) DO UPDATE SET
-    messages = messages + excluded.messages,
-    head_seq = coalesce(head_seq, excluded.head_seq),
-    rr_key = CASE WHEN messages = 0 AND last_claimed_at IS NULL THEN excluded.rr_key ELSE rr_key END;
+ON CONFLICT (group_id) DO UPDATE SET messages = messages + excluded.messages;
+
+-- name: batch_heads --
+-- After batch_groups: the batch's paused groups that held nothing get their head (and,
+-- never claimed, their round-robin key) from their first item (?1 = the seq before the batch).
+UPDATE lq_groups SET
+    head_seq = ?1 + (SELECT min(n) FROM temp.lq_batch AS b WHERE b.group_id = lq_groups.group_id),
+    rr_key = CASE WHEN last_claimed_at IS NULL
+             THEN ?1 + (SELECT min(n) FROM temp.lq_batch AS b WHERE b.group_id = lq_groups.group_id) - 4611686018427387904
+             ELSE rr_key END
+WHERE head_seq IS NULL AND group_id IN (SELECT group_id FROM temp.lq_batch);
 
 -- name: batch_messages --
 -- Store the staged messages with their seqs (?1 = the seq before the batch).
@@ -57,41 +73,44 @@ DELETE FROM temp.lq_batch;
 
 -- name: last_seq --
 -- The last seq taken (the one a publish just took, inside its transaction).
-SELECT last_seq FROM lq_state;
+SELECT last_seq FROM lq_state WHERE id = 1;
 
 -- name: group_state --
 -- Is the group claimable now, and at which priority (for waking waiting claims)?
 SELECT messages, ready, priority FROM lq_groups WHERE group_id = ?1;
 
 -- name: use_time --
--- The operation's now: never before a time already used; the trigger applies expiry at it.
-UPDATE lq_state SET now = max(now, ?1), expired = max(now, ?1);
+-- The operation's now: never before a time already used (expiry is the statement expire).
+UPDATE lq_state SET now = max(now, ?1) WHERE id = 1;
 
 -- name: use_time_and_claims --
 -- As use_time, and take ?2 claim numbers (round-robin keys).
-UPDATE lq_state SET now = max(now, ?1), expired = max(now, ?1), claims = claims + ?2;
+UPDATE lq_state SET now = max(now, ?1), claims = claims + ?2 WHERE id = 1;
+
+-- name: expire --
+-- Expiry at the transport's time: free every lease or park that ended before it
+-- (strictly); an open delivery stays current.
+UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = CASE WHEN open THEN holder END
+WHERE expires_at < (SELECT now FROM lq_state WHERE id = 1);
 
 -- name: take_claims --
 -- Take ?1 claim numbers (round-robin keys) for claim_many.
-UPDATE lq_state SET claims = claims + ?1;
-
--- name: use_time_only --
--- The operation's now, without applying expiry (extend, nack with a delay).
-UPDATE lq_state SET now = max(now, ?1);
+UPDATE lq_state SET claims = claims + ?1 WHERE id = 1;
 
 -- name: now --
 -- The transport's time (after use_time).
-SELECT now, claims FROM lq_state;
+SELECT now, claims FROM lq_state WHERE id = 1;
 
 -- name: find_claimable --
--- The head of the ready group claimed least recently among priorities >= ?1, with
--- the transport's time and claim counter.  With the common floor (no ready group
--- below it) that is the first entry of lq_groups_ready; otherwise a walk over the
--- distinct ready priorities >= ?1 takes each level's first group.
-SELECT g.gid, g.group_id, g.head_seq, g.attempt + 1, g.priority, m.event, s.now, s.claims
-FROM lq_state AS s, lq_groups AS g
-JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = g.head_seq
-WHERE g.gid = (
+-- Always one row: the transport's time, its claim counter, the earliest lock end
+-- (expiry is due if it is before the time), then the head of the ready group claimed
+-- least recently among priorities >= ?1 (NULLs if none).  With the common floor (no
+-- ready group below it) that is the first entry of lq_groups_ready; otherwise a walk
+-- over the distinct ready priorities >= ?1 takes each level's first group.
+SELECT s.now, s.claims, (SELECT min(expires_at) FROM lq_groups WHERE expires_at IS NOT NULL),
+       g.gid, g.group_id, g.head_seq, g.attempt + 1, g.priority, m.event
+FROM lq_state AS s
+LEFT JOIN lq_groups AS g ON g.gid = (
     SELECT CASE
         WHEN ?1 <= (SELECT min(priority) FROM lq_groups WHERE ready)
         THEN (SELECT gid FROM lq_groups WHERE ready ORDER BY rr_key LIMIT 1)
@@ -106,7 +125,9 @@ WHERE g.gid = (
             JOIN lq_groups AS first ON first.gid = (
                 SELECT gid FROM lq_groups WHERE ready AND priority = level.p ORDER BY rr_key LIMIT 1)
             ORDER BY first.rr_key LIMIT 1)
-    END);
+    END)
+LEFT JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = g.head_seq
+WHERE s.id = 1;
 
 -- name: find_claimable_many --
 -- The heads that ?2 successive claims with floor ?1 would take (claiming a group
@@ -156,15 +177,16 @@ UPDATE lq_groups SET
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: ack --
--- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker) and move the head
--- on (the triggers delete the old head, and forget an emptied group).
+-- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker)
+-- and move the head on (the trigger lq_acked deletes the old head, counts it out, and
+-- forgets an emptied group).
 UPDATE lq_groups SET
     messages = messages - 1, lock = 0, expires_at = NULL, holder = NULL, attempt = 0, open = 0,
     head_seq = (SELECT min(seq) FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq > lq_groups.head_seq)
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: nack_now --
--- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker): its message is free now.
+-- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker): its message is free now.
 UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = NULL, open = 0
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
@@ -180,12 +202,17 @@ UPDATE lq_groups SET lock = 1, expires_at = ?5
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: counts --
--- stats(): messages, groups, leased, parked, paused.
-SELECT messages, groups, leased, parked, paused FROM lq_state;
+-- stats(): messages, groups, leased, parked, paused.  Leases and parks are counted
+-- in the expiry index (its entries only: O(leased + parked), no row is read).
+SELECT messages, groups,
+    (SELECT count(*) FROM lq_groups WHERE expires_at IS NOT NULL AND lock = 1),
+    (SELECT count(*) FROM lq_groups WHERE expires_at IS NOT NULL AND lock = 2),
+    paused
+FROM lq_state WHERE id = 1;
 
 -- name: count_messages --
 -- len() (read only).
-SELECT messages FROM lq_state;
+SELECT messages FROM lq_state WHERE id = 1;
 
 -- name: top_ready_priority --
 -- The highest priority among ready groups (NULL: none): can a waiting claim's floor be met?
@@ -208,9 +235,13 @@ VALUES (?1, 0, 0, 0, NULL, 0, 0, 0, 1);
 -- Pause an existing group.
 UPDATE lq_groups SET paused = 1 WHERE gid = ?1;
 
+-- name: count_paused --
+-- ?1 groups were paused (or, negative, resumed or purged while paused).
+UPDATE lq_state SET paused = paused + ?1 WHERE id = 1;
+
 -- name: resume --
--- Lift a pause and end a park (the parked message is claimable now, attempt unchanged);
--- the trigger forgets the group if it holds nothing.
+-- Lift a pause and end a park (the parked message is claimable now, attempt unchanged).
+-- A group that holds nothing is forgotten after it (forget_group).
 UPDATE lq_groups SET
     paused = 0,
     expires_at = CASE WHEN lock = 2 THEN NULL ELSE expires_at END,
@@ -225,6 +256,10 @@ DELETE FROM lq_messages WHERE gid = ?1;
 -- name: forget_group --
 -- Drop a group row.
 DELETE FROM lq_groups WHERE gid = ?1;
+
+-- name: count_purged --
+-- A group holding ?1 messages (?2: 1 if it was paused) was purged: count it out.
+UPDATE lq_state SET messages = messages - ?1, groups = groups - (?1 > 0), paused = paused - ?2 WHERE id = 1;
 
 -- name: set_priority --
 -- Change a live group's priority; its round-robin position is kept.

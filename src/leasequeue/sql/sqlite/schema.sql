@@ -1,4 +1,4 @@
--- The leasequeue schema for SQLite (schema version 1).
+-- The leasequeue schema for SQLite (schema version 2).
 --
 -- Loaded by leasequeue._sqlite: each statement below is run, in order, in the
 -- one transaction that creates a new database file.  The file is marked with
@@ -10,7 +10,14 @@
 -- (src/leasequeue/_inmemory_py.py): messages in publish order, and per group
 -- its priority, round-robin key and the lock state of its head message.
 
--- One row: the counters every process shares.
+-- Each hot operation (publish, claim, ack) fires at most one trigger: a
+-- trigger runs as a sub-program whose frame SQLite allocates and zeroes on
+-- every firing (even when its WHEN is false), which cost more than the
+-- statements themselves.  So the counters are kept by the statements that
+-- change them (queries.sql), expiry is a statement the claim runs only when
+-- a lock has ended, and stats() counts leases and parks in the expiry index.
+
+-- One row: what every process shares.
 CREATE TABLE lq_state (
     id        INTEGER PRIMARY KEY CHECK (id = 1),
     magic     TEXT    NOT NULL,  -- 'leasequeue': a second check besides application_id
@@ -18,11 +25,8 @@ CREATE TABLE lq_state (
     last_seq  INTEGER NOT NULL,  -- the last seq issued; seqs are never reused
     claims    INTEGER NOT NULL,  -- claim counter: the round-robin key of claimed groups
     now       REAL    NOT NULL,  -- the latest time any operation used (-Inf at first)
-    expired   REAL    NOT NULL,  -- the time expiry was last applied at (by claim, stats, group(s))
-    messages  INTEGER NOT NULL,  -- messages held        (kept by the triggers below)
-    groups    INTEGER NOT NULL,  -- groups with messages (kept by the triggers below)
-    leased    INTEGER NOT NULL,  -- groups whose head is leased
-    parked    INTEGER NOT NULL,  -- groups whose head is parked
+    messages  INTEGER NOT NULL,  -- messages held
+    groups    INTEGER NOT NULL,  -- groups with messages
     paused    INTEGER NOT NULL   -- groups paused
 );
 
@@ -38,7 +42,7 @@ CREATE TABLE lq_groups (
     messages        INTEGER NOT NULL,  -- messages held by the group
     head_seq        INTEGER,           -- its oldest message (NULL: none, paused)
     lock            INTEGER NOT NULL,  -- 0 free, 1 leased, 2 parked
-    expires_at      REAL,              -- end of the lock; NULL when free
+    expires_at      REAL,              -- end of the lock; NULL exactly when free
     -- The open delivery's worker (also after its lease ran out, while nobody
     -- claimed the message since), '__parked__' while parked, else NULL.
     holder          TEXT,
@@ -52,7 +56,9 @@ CREATE TABLE lq_groups (
     prev_claimed_at REAL,
     prev_holder     TEXT,
     -- Claimable: holds a message, nothing of it leased or parked, not paused.
-    ready           INTEGER GENERATED ALWAYS AS (messages > 0 AND lock = 0 AND paused = 0) VIRTUAL
+    -- (head_seq, not messages: a publish into a group that holds messages
+    -- changes only messages, so SQLite leaves the ready indexes alone.)
+    ready           INTEGER GENERATED ALWAYS AS (head_seq IS NOT NULL AND lock = 0 AND paused = 0) VIRTUAL
 );
 
 -- Ready groups in round-robin order: the claim with the common floor (no
@@ -61,8 +67,9 @@ CREATE INDEX lq_groups_ready ON lq_groups (rr_key) WHERE ready;
 -- Ready groups by priority: the lowest/highest ready priority, and for any
 -- other floor a walk over the distinct priorities above it.
 CREATE INDEX lq_groups_ready_by_priority ON lq_groups (priority, rr_key) WHERE ready;
--- Locked groups by the end of their lock: expiry is a range search.
-CREATE INDEX lq_groups_expiry ON lq_groups (expires_at) WHERE expires_at IS NOT NULL;
+-- Locked groups by the end of their lock: expiry is a range search, and
+-- stats() counts leases and parks here (lock is in the entry).
+CREATE INDEX lq_groups_expiry ON lq_groups (expires_at, lock) WHERE expires_at IS NOT NULL;
 
 -- Messages, clustered by group in publish order (one B-tree: the head of a
 -- group, its next message and a purge are range searches).  seq is unique,
@@ -75,88 +82,46 @@ CREATE TABLE lq_messages (
 ) WITHOUT ROWID;
 
 -- publish() is one INSERT into this view: the trigger takes the next seq,
--- creates the group or counts the message in, and stores the message.
+-- counts the message (and the group, if it held none) in, creates the group
+-- or counts the message into it, and stores the message.  The group's upsert
+-- sets only messages (no index entry changes, lq_acked does not fire); a
+-- paused group that held nothing gets its head and round-robin key from the
+-- statement after it.
 CREATE VIEW lq_publish (group_id, priority, event) AS SELECT NULL, NULL, NULL;
 
 CREATE TRIGGER lq_publish_message INSTEAD OF INSERT ON lq_publish
 BEGIN
-    UPDATE lq_state SET last_seq = last_seq + 1;
-    INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
-    VALUES (new.group_id, new.priority, (SELECT last_seq FROM lq_state) - 4611686018427387904, 1,
-            (SELECT last_seq FROM lq_state), 0, 0, 0, 0)
-    ON CONFLICT (group_id) DO UPDATE SET
+    UPDATE lq_state SET
+        last_seq = last_seq + 1,
         messages = messages + 1,
-        head_seq = coalesce(head_seq, excluded.head_seq),
-        -- a group created by pause() gets its round-robin key from its first message
-        rr_key = CASE WHEN messages = 0 AND last_claimed_at IS NULL THEN excluded.rr_key ELSE rr_key END;
+        groups = groups + NOT EXISTS (SELECT 1 FROM lq_groups WHERE group_id = new.group_id AND head_seq IS NOT NULL)
+    WHERE id = 1;
+    INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
+    VALUES (new.group_id, new.priority, (SELECT last_seq FROM lq_state WHERE id = 1) - 4611686018427387904, 1,
+            (SELECT last_seq FROM lq_state WHERE id = 1), 0, 0, 0, 0)
+    ON CONFLICT (group_id) DO UPDATE SET messages = messages + 1;
+    -- a group created by pause() gets its round-robin key from its first message
+    UPDATE lq_groups SET
+        head_seq = (SELECT last_seq FROM lq_state WHERE id = 1),
+        rr_key = CASE WHEN last_claimed_at IS NULL THEN (SELECT last_seq FROM lq_state WHERE id = 1) - 4611686018427387904
+                 ELSE rr_key END
+    WHERE group_id = new.group_id AND head_seq IS NULL;
     INSERT INTO lq_messages (gid, seq, event)
-    VALUES ((SELECT gid FROM lq_groups WHERE group_id = new.group_id), (SELECT last_seq FROM lq_state), new.event);
+    VALUES ((SELECT gid FROM lq_groups WHERE group_id = new.group_id), (SELECT last_seq FROM lq_state WHERE id = 1),
+            new.event);
 END;
 
--- Expiry: when an operation that applies expiry (claim, stats, group, groups,
--- claim_many) moves lq_state.expired forward, every lease or park that ended
--- before it (strictly) is freed; an open delivery stays current.  So no lock
--- ever has expires_at < lq_state.expired.  (extend and nack with a delay move
--- only lq_state.now, as the in-memory transports apply no expiry there.)
-CREATE TRIGGER lq_expiry AFTER UPDATE OF expired ON lq_state WHEN new.expired > old.expired
-BEGIN
-    UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = CASE WHEN open THEN holder END
-    WHERE expires_at < new.expired;
-END;
-
--- An ack moves a group's head on: the old head message goes.
-CREATE TRIGGER lq_head_done AFTER UPDATE OF head_seq ON lq_groups
+-- An ack moves a group's head on (only ack sets head_seq to a later message
+-- or NULL): the old head message goes, it is counted out (and the group, if
+-- it is left empty), and an emptied group that is not paused is forgotten
+-- (priority and round-robin position go with it).
+CREATE TRIGGER lq_acked AFTER UPDATE OF head_seq ON lq_groups
 WHEN old.head_seq IS NOT NULL AND (new.head_seq IS NULL OR new.head_seq > old.head_seq)
 BEGIN
     DELETE FROM lq_messages WHERE gid = old.gid AND seq = old.head_seq;
+    UPDATE lq_state SET messages = messages - 1, groups = groups - (new.messages = 0) WHERE id = 1;
+    DELETE FROM lq_groups WHERE gid = new.gid AND new.messages = 0 AND new.paused = 0;
 END;
 
--- A group left with no message and no pause is forgotten (priority and
--- round-robin position go with it).
-CREATE TRIGGER lq_group_emptied AFTER UPDATE OF messages, paused ON lq_groups
-WHEN new.messages = 0 AND new.paused = 0
-BEGIN
-    DELETE FROM lq_groups WHERE gid = new.gid;
-END;
-
--- The counters of lq_state follow the rows, whatever statement changed them.
-CREATE TRIGGER lq_messages_added AFTER INSERT ON lq_messages
-BEGIN
-    UPDATE lq_state SET messages = messages + 1;
-END;
-
-CREATE TRIGGER lq_messages_removed AFTER DELETE ON lq_messages
-BEGIN
-    UPDATE lq_state SET messages = messages - 1;
-END;
-
-CREATE TRIGGER lq_groups_added AFTER INSERT ON lq_groups
-BEGIN
-    UPDATE lq_state SET
-        groups = groups + (new.messages > 0),
-        leased = leased + (new.lock = 1),
-        parked = parked + (new.lock = 2),
-        paused = paused + new.paused;
-END;
-
-CREATE TRIGGER lq_groups_removed AFTER DELETE ON lq_groups
-BEGIN
-    UPDATE lq_state SET
-        groups = groups - (old.messages > 0),
-        leased = leased - (old.lock = 1),
-        parked = parked - (old.lock = 2),
-        paused = paused - old.paused;
-END;
-
-CREATE TRIGGER lq_groups_changed AFTER UPDATE OF messages, lock, paused ON lq_groups
-WHEN (new.messages > 0) != (old.messages > 0) OR new.lock != old.lock OR new.paused != old.paused
-BEGIN
-    UPDATE lq_state SET
-        groups = groups + (new.messages > 0) - (old.messages > 0),
-        leased = leased + (new.lock = 1) - (old.lock = 1),
-        parked = parked + (new.lock = 2) - (old.lock = 2),
-        paused = paused + new.paused - old.paused;
-END;
-
-INSERT INTO lq_state (id, magic, version, last_seq, claims, now, expired, messages, groups, leased, parked, paused)
-VALUES (1, 'leasequeue', 1, 0, 0, -9e999, -9e999, 0, 0, 0, 0, 0);
+INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, paused)
+VALUES (1, 'leasequeue', 2, 0, 0, -9e999, 0, 0, 0);
