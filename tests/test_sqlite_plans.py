@@ -149,3 +149,11 @@ def test_the_claim_walks_priorities_only_for_an_uncommon_floor(conn: Any) -> Non
     assert any("lq_groups_ready_by_priority" in line for line in lines)
     assert not any("lq_messages" in line and not line.startswith("SEARCH") for line in lines)
 
+
+def test_stats_reads_the_state_row_alone(conn: Any) -> None:
+    """stats() is O(1): its counts come from the one row lq_state (looked up by
+    its primary key), never from a scan or a search of lq_groups, its expiry
+    index included (counting leases and parks there is O(leased + parked))."""
+    lines = plan(conn, QUERIES["counts"], HOT["counts"])
+    assert lines, lines
+    assert all(line.startswith("SEARCH lq_state USING INTEGER PRIMARY KEY") for line in lines), lines
