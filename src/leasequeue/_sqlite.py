@@ -562,17 +562,20 @@ class SQLiteTransport:
             done = False
             if key is not None:
                 try:
-                    # The counts (and the time) are kept only if the lease is current (else rolled back).
-                    cur.execute("BEGIN IMMEDIATE")
-                    if delay == 0.0:
-                        cur.execute(_Q["nack_count"], key)
+                    if delay == 0.0 and not self._queue.waiters:
+                        # One statement: SQLite makes it its own write transaction.
                         done = cur.execute(_Q["nack_now"], key).rowcount == 1
                     else:
-                        cur.execute(_Q["park_time"], key + (now,))
-                        done = cur.execute(_Q["park"], key + (delay,)).rowcount == 1
-                    if done and self._queue.waiters:
-                        wakes = self._signal_if_ready(cur, key[0]) if delay == 0.0 else self._topup_in(cur)
-                    cur.execute("COMMIT" if done else "ROLLBACK")
+                        cur.execute("BEGIN IMMEDIATE")
+                        if delay == 0.0:
+                            done = cur.execute(_Q["nack_now"], key).rowcount == 1
+                        else:
+                            # The time and the counts are kept only if the lease is current (else rolled back).
+                            cur.execute(_Q["park_time"], key + (now,))
+                            done = cur.execute(_Q["park"], key + (delay,)).rowcount == 1
+                        if done and self._queue.waiters:
+                            wakes = self._signal_if_ready(cur, key[0]) if delay == 0.0 else self._topup_in(cur)
+                        cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
             if not done:
@@ -785,7 +788,7 @@ class SQLiteTransport:
                 elif not row[1]:
                     cur.execute(_Q["pause"], (row[0],))
                 if row is None or not row[1]:
-                    cur.execute(_Q["count_control"], (1, 0))
+                    cur.execute(_Q["count_paused"], (1,))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
@@ -810,7 +813,8 @@ class SQLiteTransport:
                     lifted = bool(paused) or lock == 2
                     if lifted:
                         cur.execute(_Q["resume"], (gid,))
-                        cur.execute(_Q["count_control"], (-1 if paused else 0, -1 if lock == 2 else 0))
+                        if paused:
+                            cur.execute(_Q["count_paused"], (-1,))
                         if not messages:
                             cur.execute(_Q["forget_group"], (gid,))  # it held nothing but its pause
                         elif self._queue.waiters:

@@ -13,9 +13,10 @@
 -- other counter of lq_state is kept by the statements below that change it:
 -- the counts of leases and parks by a statement on lq_state that the
 -- operation runs anyway where it has one (claimed, take_claims,
--- use_time_and_expire, park_time, extend_time, count_control, count_purged),
--- else by one just before the statement that changes the lock (nack_count,
--- unclaim_count).  stats() reads lq_state alone.
+-- use_time_and_expire, park_time, extend_time, count_purged), else by one just
+-- before the statement that changes the lock (unclaim_count), or by the trigger
+-- lq_lock_changed, which fires for the statements that name paused (pause,
+-- resume, nack_now).  stats() reads lq_state alone.
 --
 -- "The lease is current" is always the same five tests: the group's delivery
 -- is open, of that attempt, of its head message, to that worker, and the
@@ -210,16 +211,11 @@ UPDATE lq_groups SET
     head_seq = (SELECT min(seq) FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq > lq_groups.head_seq)
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
--- name: nack_count --
--- Before nack_now (same parameters): count the lease out if it is current and held.
-UPDATE lq_state SET leased = leased - (
-    SELECT count(*) FROM lq_groups
-    WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1)
-WHERE id = 1;
-
 -- name: nack_now --
--- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker): its message is free now.
-UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = NULL, open = 0
+-- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker):
+-- its message is free now.  "paused = paused" fires lq_lock_changed, which counts the
+-- lease out (unless it had expired).
+UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = NULL, open = 0, paused = paused
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: park_time --
@@ -284,12 +280,13 @@ VALUES (?1, 0, 0, 0, NULL, 0, 0, 0, 1);
 -- Pause an existing group.
 UPDATE lq_groups SET paused = 1 WHERE gid = ?1;
 
--- name: count_control --
--- ?1 groups were paused (or, negative, resumed), ?2 parks ended (negative) by resume.
-UPDATE lq_state SET paused = paused + ?1, parked = parked + ?2 WHERE id = 1;
+-- name: count_paused --
+-- ?1 groups were paused (or, negative, resumed; the park resume ends is counted by lq_lock_changed).
+UPDATE lq_state SET paused = paused + ?1 WHERE id = 1;
 
 -- name: resume --
--- Lift a pause and end a park (the parked message is claimable now, attempt unchanged).
+-- Lift a pause and end a park (the parked message is claimable now, attempt unchanged;
+-- lq_lock_changed counts the park out).
 -- A group that holds nothing is forgotten after it (forget_group).
 UPDATE lq_groups SET
     paused = 0,

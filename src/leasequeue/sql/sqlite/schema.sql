@@ -15,7 +15,8 @@
 -- every firing (even when its WHEN is false), which cost more than the
 -- statements themselves.  So the counters are kept by the statements that
 -- change them (queries.sql), folded into a statement on lq_state that the
--- operation runs anyway where there is one, and expiry is a statement the
+-- operation runs anyway where there is one (lq_lock_changed counts the locks
+-- that pause, resume and a nack(0) change), and expiry is a statement the
 -- claim runs only when a lock has ended.  stats() reads lq_state alone: O(1).
 
 -- One row: what every process shares.
@@ -127,6 +128,20 @@ BEGIN
     UPDATE lq_state SET messages = messages - 1, groups = groups - (new.messages = 0), leased = leased - (old.lock = 1)
     WHERE id = 1;
     DELETE FROM lq_groups WHERE gid = new.gid AND new.messages = 0 AND new.paused = 0;
+END;
+
+-- A lock change made by a statement that names paused in its SET (pause,
+-- resume, and nack_now with "paused = paused", so that a lone nack(0) stays
+-- one statement) is counted here.  The hot statements (publish, lease, ack)
+-- do not name paused, so this trigger never fires for them: they and the
+-- others count leases and parks themselves (queries.sql).
+CREATE TRIGGER lq_lock_changed AFTER UPDATE OF paused ON lq_groups
+WHEN new.lock != old.lock
+BEGIN
+    UPDATE lq_state SET
+        leased = leased + (new.lock = 1) - (old.lock = 1),
+        parked = parked + (new.lock = 2) - (old.lock = 2)
+    WHERE id = 1;
 END;
 
 INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
