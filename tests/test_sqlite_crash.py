@@ -10,8 +10,8 @@ claim and every ack (intent before the call, outcome after) with the time,
 each line fsync'd.  Afterwards:
 
 * ``PRAGMA integrity_check`` is ok, and every counter the statements and
-  triggers keep (lq_state, the lock counts stats() reads from the expiry
-  index, each group's message count and head) agrees with the rows;
+  triggers keep (lq_state, which stats() reads alone; a lock has an end
+  exactly when held; each group's message count and head) agrees with the rows;
 * every published message was acked exactly once or is still in the file;
 * no group ever had two live leases: a group's next delivery starts after
   the previous one ended (acked, or its lease expired: strictly after
@@ -225,7 +225,7 @@ def check_counters(db: sqlite3.Connection) -> None:
         db.execute("SELECT count(*) FROM lq_groups WHERE paused = 1").fetchone()[0],
     )
     assert state == actual
-    # stats() counts leases and parks in the expiry index: a lock has an end, a free group none
+    # the expiry index holds exactly the locked groups: a lock has an end, a free group none
     assert db.execute("SELECT count(*) FROM lq_groups WHERE (lock != 0) != (expires_at IS NOT NULL)").fetchone() == (0,)
     bad = db.execute(
         "SELECT g.group_id FROM lq_groups g LEFT JOIN "

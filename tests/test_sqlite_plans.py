@@ -29,11 +29,12 @@ HOT = {
     "last_seq": (),
     "group_state": ("g1",),
     "use_time": (5.0,),
-    "use_time_and_claims": (5.0, 1),
+    "use_time_and_expire": (5.0,),
+    "claimed": (5.0,),
     "expire": (),
     "take_claims": (1,),
     "now": (),
-    "find_claimable": (0,),
+    "find_claimable": (0, 5.0),
     "find_claimable_many": (0, 64),
     "batch_add": ("g1", 0, b"x"),
     "batch_take_seqs": (),
@@ -42,10 +43,13 @@ HOT = {
     "batch_messages": (100,),
     "batch_clear": (),
     "lease": (1, "w", 10.0, 5, 1.0),
+    "unclaim_count": ("g1", 1, 1, "w"),
     "unclaim": ("g1", 1, 1, "w"),
     "ack": ("g1", 1, 1, "w"),
     "nack_now": ("g1", 1, 1, "w"),
+    "park_time": ("g1", 1, 1, "w", 5.0),
     "park": ("g1", 1, 1, "w", 5.0),
+    "extend_time": ("g1", 1, 1, "w", 5.0),
     "extend": ("g1", 1, 1, "w", 5.0),
     "counts": (),
     "count_messages": (),
@@ -54,7 +58,7 @@ HOT = {
     "find_group": ("g1",),
     "pause": (1,),
     "count_paused": (1,),
-    "count_purged": (3, 0),
+    "count_purged": (3, 0, 1, 0),
     "resume": (1,),
     "purge_messages": (1,),
     "forget_group": (1,),
@@ -119,7 +123,8 @@ def check(lines: list[str], what: str) -> None:
 def test_statement_uses_indexes(conn: Any, name: str) -> None:
     lines = plan(conn, QUERIES[name], HOT[name])
     check(lines, name)
-    if name in ("find_claimable", "ack", "group_state", "find_group", "set_priority", "unclaim"):
+    if name in ("find_claimable", "ack", "group_state", "find_group", "set_priority", "unclaim",
+                "unclaim_count", "park_time", "extend_time"):
         assert any("SEARCH lq_groups USING" in line or "SEARCH g USING" in line for line in lines), lines
 
 
@@ -138,7 +143,16 @@ def test_trigger_statements_use_indexes(conn: Any, index: int) -> None:
 
 
 def test_the_claim_walks_priorities_only_for_an_uncommon_floor(conn: Any) -> None:
-    lines = plan(conn, QUERIES["find_claimable"], (0,))
+    lines = plan(conn, QUERIES["find_claimable"], (0, 5.0))
     assert "SCAN lq_groups USING INDEX lq_groups_ready" in lines
     assert any("lq_groups_ready_by_priority" in line for line in lines)
     assert not any("lq_messages" in line and not line.startswith("SEARCH") for line in lines)
+
+
+def test_stats_reads_the_state_row_alone(conn: Any) -> None:
+    """stats() is O(1): its counts come from the one row lq_state (looked up by
+    its primary key), never from a scan or a search of lq_groups, its expiry
+    index included (counting leases and parks there is O(leased + parked))."""
+    lines = plan(conn, QUERIES["counts"], HOT["counts"])
+    assert lines, lines
+    assert all(line.startswith("SEARCH lq_state USING INTEGER PRIMARY KEY") for line in lines), lines

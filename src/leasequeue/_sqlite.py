@@ -12,9 +12,10 @@ How it works:
   holder, end, attempt count, whether the delivery is open; paused; last
   claim time).  One row ``lq_state`` holds the shared counters: the last seq,
   the claim counter (round-robin keys), the transport's time and the counts
-  of messages, groups and pauses (leases and parks are counted in the
-  expiry index).  A publish and an ack each fire one trigger; no other hot
-  statement fires any (a trigger's sub-program costs more than a statement).
+  of messages, groups, leases, parks and pauses, kept by the statements that
+  change them (``stats()`` reads this row alone: O(1)).  A publish and an ack
+  each fire one trigger; no other hot statement fires any (a trigger's
+  sub-program costs more than a statement).
 * Every operation is one ``BEGIN IMMEDIATE`` transaction (SQLite's one write
   lock serialises them across processes, as the seed's note says), its
   statements loaded by name from ``sql/sqlite/queries.sql``.  A process
@@ -569,8 +570,8 @@ class SQLiteTransport:
                         if delay == 0.0:
                             done = cur.execute(_Q["nack_now"], key).rowcount == 1
                         else:
-                            # The time is kept only if the lease is current (else rolled back).
-                            cur.execute(_Q["use_time"], (now,))
+                            # The time and the counts are kept only if the lease is current (else rolled back).
+                            cur.execute(_Q["park_time"], key + (now,))
                             done = cur.execute(_Q["park"], key + (delay,)).rowcount == 1
                         if done and self._queue.waiters:
                             wakes = self._signal_if_ready(cur, key[0]) if delay == 0.0 else self._topup_in(cur)
@@ -599,7 +600,7 @@ class SQLiteTransport:
             if key is not None:
                 try:
                     cur.execute("BEGIN IMMEDIATE")
-                    cur.execute(_Q["use_time"], (now,))
+                    cur.execute(_Q["extend_time"], key + (now,))
                     now = cur.execute(_Q["now"]).fetchone()[0]
                     expires_at = now + visibility
                     done = cur.execute(_Q["extend"], key + (expires_at,)).rowcount == 1
@@ -712,19 +713,22 @@ class SQLiteTransport:
         Each row: gid, group_id, seq, attempt, priority, serialized event, expires_at.
         """
         if count == 1:
-            cur.execute(_Q["use_time_and_claims"], (now, 1))
+            # Find first, then one statement on lq_state: the time used, and (if
+            # a group was leased) the claim number taken and the lease counted in.
             find = _Q["find_claimable"]
-            row = cur.execute(find, (floor,)).fetchone()
-            now, claims, next_expiry = row[0], row[1], row[2]
+            row = cur.execute(find, (floor, now)).fetchone()
+            now, key, next_expiry = row[0], row[1], row[2]
             if next_expiry is not None and next_expiry < now:
                 # A lock has ended: expiry first, then look again.
-                cur.execute(_Q["expire"])
-                row = cur.execute(find, (floor,)).fetchone()
+                self._use_time(cur, now)
+                row = cur.execute(find, (floor, now)).fetchone()
             gid = row[3]
             if gid is None:
+                cur.execute(_Q["use_time"], (now,))
                 return []
             expires_at = now + visibility
-            cur.execute(_Q["lease"], (gid, worker_id, expires_at, claims, now))
+            cur.execute(_Q["lease"], (gid, worker_id, expires_at, key, now))
+            cur.execute(_Q["claimed"], (now,))
             return [row[3:] + (expires_at,)]
         self._use_time(cur, now)
         if count == 0:
@@ -745,7 +749,7 @@ class SQLiteTransport:
 
     def _use_time(self, cur: Any, now: float) -> None:
         """Move the transport's time to ``now`` (never back) and apply expiry at it."""
-        cur.execute(_Q["use_time"], (now,))
+        cur.execute(_Q["use_time_and_expire"], (now,))
         cur.execute(_Q["expire"])
 
     def _signal_if_ready(self, cur: Any, group_id: str) -> List[Callable[[], None]]:
@@ -836,7 +840,8 @@ class SQLiteTransport:
                     removed = row[3]
                     cur.execute(_Q["purge_messages"], (row[0],))
                     cur.execute(_Q["forget_group"], (row[0],))
-                    cur.execute(_Q["count_purged"], (removed, 1 if row[1] else 0))
+                    lock = row[2]
+                    cur.execute(_Q["count_purged"], (removed, 1 if row[1] else 0, int(lock == 1), int(lock == 2)))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
@@ -1027,7 +1032,9 @@ class SQLiteTransport:
                 if not queue.attempted(waiter, row):
                     # The caller was cancelled while this ran: undo the claim.
                     assert row is not None
-                    cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id))
+                    key = (row[1], row[3], row[2], worker_id)
+                    cur.execute(_Q["unclaim_count"], key)
+                    cur.execute(_Q["unclaim"], key)
                     wakes += self._signal_if_ready(cur, row[1])
                     row = None
                 wakes += self._topup_in(cur)
@@ -1052,7 +1059,9 @@ class SQLiteTransport:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 for row in rows:
-                    if cur.execute(_Q["unclaim"], (row[1], row[3], row[2], worker_id)).rowcount == 1:
+                    key = (row[1], row[3], row[2], worker_id)
+                    cur.execute(_Q["unclaim_count"], key)
+                    if cur.execute(_Q["unclaim"], key).rowcount == 1:
                         wakes += self._signal_if_ready(cur, row[1])
                 cur.execute("COMMIT")
             except Exception:

@@ -9,8 +9,14 @@
 --
 -- Two triggers of schema.sql do part of the work: a publish is one INSERT
 -- into the lq_publish view; an ack that moves a group's head on deletes the
--- old head, counts it out and forgets an emptied group.  Every other counter
--- of lq_state is kept by the statements below that change it.
+-- old head, counts it (and its lease) out and forgets an emptied group.  Every
+-- other counter of lq_state is kept by the statements below that change it:
+-- the counts of leases and parks by a statement on lq_state that the
+-- operation runs anyway where it has one (claimed, take_claims,
+-- use_time_and_expire, park_time, extend_time, count_purged), else by one just
+-- before the statement that changes the lock (unclaim_count), or by the trigger
+-- lq_lock_changed, which fires for the statements that name paused (pause,
+-- resume, nack_now).  stats() reads lq_state alone.
 --
 -- "The lease is current" is always the same five tests: the group's delivery
 -- is open, of that attempt, of its head message, to that worker, and the
@@ -80,34 +86,47 @@ SELECT last_seq FROM lq_state WHERE id = 1;
 SELECT messages, ready, priority FROM lq_groups WHERE group_id = ?1;
 
 -- name: use_time --
--- The operation's now: never before a time already used (expiry is the statement expire).
+-- The operation's now: never before a time already used (a claim that found nothing).
 UPDATE lq_state SET now = max(now, ?1) WHERE id = 1;
 
--- name: use_time_and_claims --
--- As use_time, and take ?2 claim numbers (round-robin keys).
-UPDATE lq_state SET now = max(now, ?1), claims = claims + ?2 WHERE id = 1;
+-- name: use_time_and_expire --
+-- As use_time, and count out the leases and parks that ended before that time
+-- (strictly): the statement expire, run next, frees them.  Range searches of the
+-- expiry index (its entries only), O(log G + expired).
+UPDATE lq_state SET
+    now = max(now, ?1),
+    leased = leased - (SELECT count(*) FROM lq_groups WHERE expires_at < max(lq_state.now, ?1) AND lock = 1),
+    parked = parked - (SELECT count(*) FROM lq_groups WHERE expires_at < max(lq_state.now, ?1) AND lock = 2)
+WHERE id = 1;
+
+-- name: claimed --
+-- A claim leased a group's head at time ?1: the time used, one claim number (the
+-- round-robin key find_claimable handed out) taken, one lease counted in.
+UPDATE lq_state SET now = max(now, ?1), claims = claims + 1, leased = leased + 1 WHERE id = 1;
 
 -- name: expire --
 -- Expiry at the transport's time: free every lease or park that ended before it
--- (strictly); an open delivery stays current.
+-- (strictly); an open delivery stays current.  Only after use_time_and_expire,
+-- which counted them out.
 UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = CASE WHEN open THEN holder END
 WHERE expires_at < (SELECT now FROM lq_state WHERE id = 1);
 
 -- name: take_claims --
--- Take ?1 claim numbers (round-robin keys) for claim_many.
-UPDATE lq_state SET claims = claims + ?1 WHERE id = 1;
+-- Take ?1 claim numbers (round-robin keys) for claim_many, and count its ?1 leases in.
+UPDATE lq_state SET claims = claims + ?1, leased = leased + ?1 WHERE id = 1;
 
 -- name: now --
 -- The transport's time (after use_time).
 SELECT now, claims FROM lq_state WHERE id = 1;
 
 -- name: find_claimable --
--- Always one row: the transport's time, its claim counter, the earliest lock end
--- (expiry is due if it is before the time), then the head of the ready group claimed
+-- Always one row: the transport's time if it moves to the clock's ?2, the claim's
+-- round-robin key (the next claim number: the statement claimed takes it), the
+-- earliest lock end (expiry is due if it is before the time), then the head of the ready group claimed
 -- least recently among priorities >= ?1 (NULLs if none).  With the common floor (no
 -- ready group below it) that is the first entry of lq_groups_ready; otherwise a walk
 -- over the distinct ready priorities >= ?1 takes each level's first group.
-SELECT s.now, s.claims, (SELECT min(expires_at) FROM lq_groups WHERE expires_at IS NOT NULL),
+SELECT max(s.now, ?2), s.claims + 1, (SELECT min(expires_at) FROM lq_groups WHERE expires_at IS NOT NULL),
        g.gid, g.group_id, g.head_seq, g.attempt + 1, g.priority, m.event
 FROM lq_state AS s
 LEFT JOIN lq_groups AS g ON g.gid = (
@@ -168,6 +187,13 @@ UPDATE lq_groups SET
     rr_key = ?4, last_claimed_at = ?5
 WHERE gid = ?1;
 
+-- name: unclaim_count --
+-- Before unclaim (same parameters): count its lease out if it is current and held.
+UPDATE lq_state SET leased = leased - (
+    SELECT count(*) FROM lq_groups
+    WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1)
+WHERE id = 1;
+
 -- name: unclaim --
 -- Undo a claim whose lease (?1 group, ?2 attempt, ?3 seq, ?4 worker) is current and nobody received.
 UPDATE lq_groups SET
@@ -186,9 +212,23 @@ UPDATE lq_groups SET
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: nack_now --
--- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker): its message is free now.
-UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = NULL, open = 0
+-- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker):
+-- its message is free now.  "paused = paused" fires lq_lock_changed, which counts the
+-- lease out (unless it had expired).
+UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = NULL, open = 0, paused = paused
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+
+-- name: park_time --
+-- Before park (?1-?4 its lease): the time used is ?5 (never back); the lease, if
+-- current and held, is counted out and the park in (the operation rolls back if
+-- park finds the lease not current).
+UPDATE lq_state SET
+    now = max(now, ?5),
+    leased = leased - (
+        SELECT count(*) FROM lq_groups
+        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1),
+    parked = parked + 1
+WHERE id = 1;
 
 -- name: park --
 -- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker) and park its
@@ -196,19 +236,24 @@ WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder =
 UPDATE lq_groups SET lock = 2, expires_at = (SELECT now FROM lq_state) + ?5, holder = '__parked__', open = 0
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
+-- name: extend_time --
+-- Before extend (?1-?4 its lease): the time used is ?5 (never back); a current
+-- delivery whose lease expiry freed is counted in again (extend leases it).
+UPDATE lq_state SET
+    now = max(now, ?5),
+    leased = leased + (
+        SELECT count(*) FROM lq_groups
+        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 0)
+WHERE id = 1;
+
 -- name: extend --
 -- Lease the current delivery's message (?1 group, ?2 attempt, ?3 seq, ?4 worker) again until ?5.
 UPDATE lq_groups SET lock = 1, expires_at = ?5
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: counts --
--- stats(): messages, groups, leased, parked, paused.  Leases and parks are counted
--- in the expiry index (its entries only: O(leased + parked), no row is read).
-SELECT messages, groups,
-    (SELECT count(*) FROM lq_groups WHERE expires_at IS NOT NULL AND lock = 1),
-    (SELECT count(*) FROM lq_groups WHERE expires_at IS NOT NULL AND lock = 2),
-    paused
-FROM lq_state WHERE id = 1;
+-- stats(): messages, groups, leased, parked, paused: the one row lq_state, O(1).
+SELECT messages, groups, leased, parked, paused FROM lq_state WHERE id = 1;
 
 -- name: count_messages --
 -- len() (read only).
@@ -236,11 +281,12 @@ VALUES (?1, 0, 0, 0, NULL, 0, 0, 0, 1);
 UPDATE lq_groups SET paused = 1 WHERE gid = ?1;
 
 -- name: count_paused --
--- ?1 groups were paused (or, negative, resumed or purged while paused).
+-- ?1 groups were paused (or, negative, resumed; the park resume ends is counted by lq_lock_changed).
 UPDATE lq_state SET paused = paused + ?1 WHERE id = 1;
 
 -- name: resume --
--- Lift a pause and end a park (the parked message is claimable now, attempt unchanged).
+-- Lift a pause and end a park (the parked message is claimable now, attempt unchanged;
+-- lq_lock_changed counts the park out).
 -- A group that holds nothing is forgotten after it (forget_group).
 UPDATE lq_groups SET
     paused = 0,
@@ -258,8 +304,11 @@ DELETE FROM lq_messages WHERE gid = ?1;
 DELETE FROM lq_groups WHERE gid = ?1;
 
 -- name: count_purged --
--- A group holding ?1 messages (?2: 1 if it was paused) was purged: count it out.
-UPDATE lq_state SET messages = messages - ?1, groups = groups - (?1 > 0), paused = paused - ?2 WHERE id = 1;
+-- A group holding ?1 messages (?2: 1 if it was paused, ?3 if its head was leased,
+-- ?4 if parked) was purged: count it out.
+UPDATE lq_state SET
+    messages = messages - ?1, groups = groups - (?1 > 0), paused = paused - ?2, leased = leased - ?3, parked = parked - ?4
+WHERE id = 1;
 
 -- name: set_priority --
 -- Change a live group's priority; its round-robin position is kept.

@@ -14,8 +14,10 @@
 -- trigger runs as a sub-program whose frame SQLite allocates and zeroes on
 -- every firing (even when its WHEN is false), which cost more than the
 -- statements themselves.  So the counters are kept by the statements that
--- change them (queries.sql), expiry is a statement the claim runs only when
--- a lock has ended, and stats() counts leases and parks in the expiry index.
+-- change them (queries.sql), folded into a statement on lq_state that the
+-- operation runs anyway where there is one (lq_lock_changed counts the locks
+-- that pause, resume and a nack(0) change), and expiry is a statement the
+-- claim runs only when a lock has ended.  stats() reads lq_state alone: O(1).
 
 -- One row: what every process shares.
 CREATE TABLE lq_state (
@@ -27,6 +29,8 @@ CREATE TABLE lq_state (
     now       REAL    NOT NULL,  -- the latest time any operation used (-Inf at first)
     messages  INTEGER NOT NULL,  -- messages held
     groups    INTEGER NOT NULL,  -- groups with messages
+    leased    INTEGER NOT NULL,  -- groups whose head is leased (lock = 1)
+    parked    INTEGER NOT NULL,  -- groups whose head is parked (lock = 2)
     paused    INTEGER NOT NULL   -- groups paused
 );
 
@@ -68,7 +72,7 @@ CREATE INDEX lq_groups_ready ON lq_groups (rr_key) WHERE ready;
 -- other floor a walk over the distinct priorities above it.
 CREATE INDEX lq_groups_ready_by_priority ON lq_groups (priority, rr_key) WHERE ready;
 -- Locked groups by the end of their lock: expiry is a range search, and
--- stats() counts leases and parks here (lock is in the entry).
+-- counts the leases and parks it ends in the entries (lock is in the entry).
 CREATE INDEX lq_groups_expiry ON lq_groups (expires_at, lock) WHERE expires_at IS NOT NULL;
 
 -- Messages, clustered by group in publish order (one B-tree: the head of a
@@ -113,15 +117,32 @@ END;
 
 -- An ack moves a group's head on (only ack sets head_seq to a later message
 -- or NULL): the old head message goes, it is counted out (and the group, if
--- it is left empty), and an emptied group that is not paused is forgotten
--- (priority and round-robin position go with it).
+-- it is left empty, and its lease, unless it had expired: an acked delivery
+-- is open, so its head was leased or free, never parked), and an emptied
+-- group that is not paused is forgotten (priority and round-robin position
+-- go with it).
 CREATE TRIGGER lq_acked AFTER UPDATE OF head_seq ON lq_groups
 WHEN old.head_seq IS NOT NULL AND (new.head_seq IS NULL OR new.head_seq > old.head_seq)
 BEGIN
     DELETE FROM lq_messages WHERE gid = old.gid AND seq = old.head_seq;
-    UPDATE lq_state SET messages = messages - 1, groups = groups - (new.messages = 0) WHERE id = 1;
+    UPDATE lq_state SET messages = messages - 1, groups = groups - (new.messages = 0), leased = leased - (old.lock = 1)
+    WHERE id = 1;
     DELETE FROM lq_groups WHERE gid = new.gid AND new.messages = 0 AND new.paused = 0;
 END;
 
-INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, paused)
-VALUES (1, 'leasequeue', 2, 0, 0, -9e999, 0, 0, 0);
+-- A lock change made by a statement that names paused in its SET (pause,
+-- resume, and nack_now with "paused = paused", so that a lone nack(0) stays
+-- one statement) is counted here.  The hot statements (publish, lease, ack)
+-- do not name paused, so this trigger never fires for them: they and the
+-- others count leases and parks themselves (queries.sql).
+CREATE TRIGGER lq_lock_changed AFTER UPDATE OF paused ON lq_groups
+WHEN new.lock != old.lock
+BEGIN
+    UPDATE lq_state SET
+        leased = leased + (new.lock = 1) - (old.lock = 1),
+        parked = parked + (new.lock = 2) - (old.lock = 2)
+    WHERE id = 1;
+END;
+
+INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
+VALUES (1, 'leasequeue', 2, 0, 0, -9e999, 0, 0, 0, 0, 0);
