@@ -174,48 +174,154 @@ def test_clock_is_read_before_currency(make_transport: Callable[..., Any], call:
 
 
 def test_lease_of_the_other_implementation(make_transport: Callable[..., Any], impl: ModuleType) -> None:
-    """decisions.md: the type check is against *this* implementation's Lease;
-    if both ever share one class, a foreign lease is simply not current."""
+    """decisions.md: the type check is against *this* implementation's Lease
+    (each implementation has its own class), so a lease of the other one is a
+    ``TypeError``, and changes nothing."""
     other = other_module(impl)
     if other is None:
         pytest.skip("only one implementation available")
+    assert other.Lease is not impl.Lease
     foreign_clock = ScriptedClock()
     foreign = history(other.InMemoryTransport(clock=foreign_clock), foreign_clock)["current"]
-    error = leasequeue.LeaseLost if other.Lease is impl.Lease else TypeError
     for call in (
         lambda t, l: t.ack(foreign),
         lambda t, l: t.nack(foreign),
         lambda t, l: t.nack(foreign, 3),
         lambda t, l: t.extend(foreign, 3),
     ):
-        assert_changes_nothing(make_transport, call, error)
+        assert_changes_nothing(make_transport, call, TypeError)
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda t, l: t.publish("new", "e", priority=INT64_MAX),
-        lambda t, l: t.publish("new", "e", priority=INT64_MIN),
-        lambda t, l: t.claim("w", 10, min_priority=INT64_MAX),
-        lambda t, l: t.claim("w", 10, min_priority=INT64_MIN),
-        lambda t, l: t.claim("w", math.inf),
-        lambda t, l: t.claim("w", 10**400),
-        lambda t, l: t.claim("w", 0),
-        lambda t, l: t.claim("w", -0.0),
-        lambda t, l: t.extend(l["current"], math.inf),
-        lambda t, l: t.nack(l["current"], math.inf),
-        lambda t, l: t.nack(l["current"], -0.0),
-        lambda t, l: t.publish("", "e"),
-        lambda t, l: t.claim("", 1),
-    ],
-    ids=["prio-max", "prio-min", "floor-max", "floor-min", "vis-inf", "vis-huge-int", "vis-0", "vis-neg0",
-         "extend-inf", "nack-inf", "nack-neg0", "empty-group", "empty-worker"],
-)
-def test_edge_values_accepted(make_transport: Callable[..., Any], call: Call) -> None:
+# -- edge values: accepted, with the effect the SPEC gives them ---------------------
+# After ``history`` (clock at 1005): a (priority 3, two messages, claimed once,
+# nacked: free, claimed before b and d), b (current lease until 1010), c
+# (priority -2, never claimed), d (parked until 1100).  Each check makes the
+# edge call and then asserts what it did.
+
+EdgeCheck = Callable[[Any, dict[str, Any], ScriptedClock], None]
+EDGE_ROWS: list[Any] = []
+
+
+def edge(id: str) -> Callable[[EdgeCheck], EdgeCheck]:
+    def register(check: EdgeCheck) -> EdgeCheck:
+        EDGE_ROWS.append(pytest.param(check, id=id))
+        return check
+
+    return register
+
+
+def groups_served(t: Any, floor: int = 0) -> list[str]:
+    """Claim (infinitely) until nothing is eligible at ``floor``: the groups in order."""
+    out = []
+    while (lease := t.claim("probe", math.inf, floor)) is not None:
+        out.append(lease.group_id)
+    return out
+
+
+@edge("prio-max")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    assert t.publish("new", "e", priority=INT64_MAX) == 6
+    assert groups_served(t, INT64_MAX) == ["new"]
+
+
+@edge("prio-min")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    assert t.publish("new", "e", priority=INT64_MIN) == 6
+    assert groups_served(t, INT64_MIN + 1) == ["c", "a"]  # never-claimed c first, then a
+    assert groups_served(t, INT64_MIN) == ["new"]
+
+
+@edge("floor-max")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    assert t.claim("w", 10, min_priority=INT64_MAX) is None
+    assert groups_served(t, 3) == ["a"]  # the empty claim changed nothing
+
+
+@edge("floor-min")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    lease = t.claim("w", 10, min_priority=INT64_MIN)
+    assert (lease.group_id, lease.attempt) == ("c", 1)  # never claimed: before a
+
+
+@edge("vis-inf")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    lease = t.claim("w", math.inf)
+    assert (lease.group_id, lease.attempt, lease.expires_at) == ("a", 2, math.inf)
+    clock.advance(1e12)
+    assert t.stats().leased == 1  # a's lease never expires; b's did
+    assert "a" not in groups_served(t, INT64_MIN)
+
+
+@edge("vis-huge-int")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    lease = t.claim("w", 10**400)
+    assert (lease.group_id, lease.expires_at) == ("a", math.inf)
+    clock.advance(1e12)
+    assert t.stats().leased == 1
+
+
+@edge("vis-0")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    lease = t.claim("w", 0)
+    assert (lease.group_id, lease.expires_at) == ("a", 1005.0)
+    assert t.stats().leased == 2  # expires_at == now: still live (a and b)
+    assert groups_served(t) == []
+    clock.advance(0.001)
+    assert t.stats().leased == 1  # a's ran out at once; b's runs to 1010
+    assert groups_served(t) == ["a"]
+
+
+@edge("vis-neg0")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    lease = t.claim("w", -0.0)
+    assert (lease.group_id, lease.expires_at) == ("a", 1005.0)
+    assert math.copysign(1.0, lease.expires_at) == 1.0
+
+
+@edge("extend-inf")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    lease = t.extend(l["current"], math.inf)
+    assert (lease.group_id, lease.expires_at, lease.attempt) == ("b", math.inf, 1)
+    clock.advance(1e12)
+    assert t.stats().leased == 1
+    assert "b" not in groups_served(t, INT64_MIN)
+    t.ack(lease)  # still the current delivery
+
+
+@edge("nack-inf")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    t.nack(l["current"], math.inf)
+    assert t.stats().parked == 2  # b and d
+    clock.advance(1e12)
+    assert t.stats().parked == 1  # d's park ran out, b's never does
+    assert "b" not in groups_served(t, INT64_MIN)
+
+
+@edge("nack-neg0")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    t.nack(l["current"], -0.0)  # the same as nack(0): b is free now, its place kept
+    assert t.stats().leased == 0 and t.stats().parked == 1
+    assert [(x.group_id, x.attempt) for x in [t.claim("w", 10), t.claim("w", 10)]] == [("a", 2), ("b", 2)]
+
+
+@edge("empty-group")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    assert t.publish("", "e") == 6
+    assert t.stats().groups == 5
+    assert groups_served(t) == ["", "a"]  # never claimed: first
+
+
+@edge("empty-worker")
+def _(t: Any, l: dict[str, Any], clock: ScriptedClock) -> None:
+    lease = t.claim("", 1)
+    assert (lease.group_id, lease.worker_id) == ("a", "")
+
+
+@pytest.mark.parametrize("check", EDGE_ROWS)
+def test_edge_values_accepted(make_transport: Callable[..., Any], check: EdgeCheck) -> None:
     clock = ScriptedClock()
     t = make_transport(clock=clock)
-    leases = history(t, clock)
-    call(t, leases)  # must not raise
+    check(t, history(t, clock), clock)
 
 
 def test_priority_edges_order_groups(transport: Any) -> None:

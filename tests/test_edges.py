@@ -10,11 +10,15 @@ Grouped by rule:
 
 * single active consumer: stale ready-heap entries never resurface;
 * round-robin: expiry keeps a group's place, a re-created group starts
-  fresh, and the order holds across many priority levels.
+  fresh, and the order holds across many priority levels;
+* values that cannot be changed or copied: ``Lease`` attributes cannot be
+  deleted, a transport cannot be copied or pickled.
 """
 
 from __future__ import annotations
 
+import copy
+import pickle
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -206,3 +210,33 @@ def test_round_robin_across_many_priority_levels(transport: Any, seed: int) -> N
             else:
                 transport.nack(done)
             model.busy[done.group_id] = False
+
+
+# -- values that cannot be changed or copied ---------------------------------------------
+
+
+def test_lease_attributes_cannot_be_deleted(transport: Any) -> None:
+    """decisions.md "Leases": immutable; deleting a field is refused like setting one,
+    and the lease stays whole and current."""
+    transport.publish("g", "e")
+    lease = transport.claim("w", 30)
+    for name in ("seq", "group_id", "event", "worker_id", "expires_at", "attempt"):
+        with pytest.raises(AttributeError):
+            delattr(lease, name)
+    assert (lease.seq, lease.group_id, lease.event, lease.worker_id, lease.attempt) == (1, "g", "e", "w", 1)
+    transport.ack(lease)
+    assert len(transport) == 0
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_transport_cannot_be_copied_or_pickled(transport: Any, how: str) -> None:
+    """decisions.md: ``InMemoryTransport`` cannot be copied or pickled (``TypeError``):
+    two transports sharing one set of leases would break every guarantee, and
+    events are held by reference, never serialised.  The refusal changes nothing."""
+    transport.publish("g", "e")
+    lease = transport.claim("w", 30)
+    refuse = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": pickle.dumps}[how]
+    with pytest.raises(TypeError):
+        refuse(transport)
+    transport.ack(lease)
+    assert len(transport) == 0
