@@ -18,6 +18,9 @@ import pytest
 
 from helpers import FakeClock
 
+#: Branch coverage of the pure modules, with a floor on whole runs.
+pytest_plugins = ["coverage_floor"]
+
 IMPLEMENTATIONS = ("python", "cython")
 MODULES = {"python": "leasequeue._inmemory_py", "cython": "leasequeue._inmemory_c"}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import List
 
 
 class FakeClock:
@@ -35,3 +36,20 @@ class FakeClock:
 #: PyPy runs finalisers whenever its collector gets to them.
 CPYTHON_ONLY_REASON = "relies on CPython's reference counting / gc / tracemalloc semantics"
 IS_CPYTHON = sys.implementation.name == "cpython"
+
+
+#: Runs first in a child interpreter: when the test run measures coverage
+#: (tests/coverage_floor.py sets COVERAGE_PROCESS_START), the child does too.
+_CHILD_COVERAGE = """\
+import os as _os
+if _os.environ.get("COVERAGE_PROCESS_START"):
+    import coverage as _coverage
+    _coverage.process_startup()
+del _os
+"""
+
+
+def python_argv(code: str) -> List[str]:
+    """``[sys.executable, "-c", ...]`` running ``code`` in a child interpreter,
+    measured by coverage when the test run is."""
+    return [sys.executable, "-c", _CHILD_COVERAGE + code]

@@ -1,0 +1,136 @@
+"""pytest plugin: branch coverage of leasequeue's pure modules, with a floor (issue 14).
+
+Loaded by ``conftest.py``, so the plain ``python -m pytest`` (the README's
+test command, which CI runs) measures it.  Configuration, the floor
+(``fail_under``) included, is ``[tool.coverage.*]`` in ``pyproject.toml``.
+
+* Coverage starts when this plugin is imported, before the suite imports
+  ``leasequeue``.  It measures the installed package as well as ``src/``
+  (``[tool.coverage.paths]`` maps both to ``src/leasequeue``).
+* Subprocesses: tests that run Python code in a child process (the
+  MemoryError and garbage-collector tests) start it with
+  ``helpers.python_argv``, which starts coverage there from
+  ``COVERAGE_PROCESS_START``; every process writes its own data file
+  (``parallel = true``) into a private temporary directory, combined at the
+  end.  Threads are measured too (``concurrency = ["thread"]``).
+* The floor is enforced only on a whole run (no test paths, ``-k``, ``-m``,
+  ``--deselect``, ``--lf`` ...; no failures) on Linux, where every test runs
+  (the MemoryError subprocess tests need ``RLIMIT_AS``): a focused run, or one
+  elsewhere, prints the figure and carries on.  Below the floor, the run
+  fails.
+* ``LEASEQUEUE_COVERAGE=0`` (or ``-p no:coverage_floor``) turns it off;
+  without the ``coverage`` package, or on an interpreter other than CPython
+  (PyPy's tracer is slow, and the figure is CPython's), it is off too, and
+  says so.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Generator, Optional
+
+import pytest
+
+CONFIG = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+def _off_because() -> Optional[str]:
+    if os.environ.get("LEASEQUEUE_COVERAGE", "1") == "0":
+        return "LEASEQUEUE_COVERAGE=0"
+    if sys.implementation.name != "cpython":
+        return f"not measured on {sys.implementation.name}"
+    if not CONFIG.exists():
+        return f"no {CONFIG}"
+    try:
+        import coverage
+    except ImportError:
+        return "the coverage package is not installed (it is in the [test] extra)"
+    if coverage.Coverage.current() is not None:
+        return "coverage is already running (coverage run / pytest-cov): it reports"
+    return None
+
+
+class _Measurement:
+    def __init__(self) -> None:
+        import coverage
+
+        self.dir = tempfile.mkdtemp(prefix="leasequeue-coverage-")
+        # pyproject's data_file is ${LEASEQUEUE_COVERAGE_DATA-.coverage}: this
+        # process and every child started with COVERAGE_PROCESS_START write here.
+        os.environ["LEASEQUEUE_COVERAGE_DATA"] = os.path.join(self.dir, ".coverage")
+        os.environ["COVERAGE_PROCESS_START"] = str(CONFIG)
+        self.cov = coverage.Coverage(config_file=str(CONFIG))
+        self.cov.start()
+        self.total: Optional[float] = None
+        self.text = ""
+
+    def finish(self) -> float:
+        self.cov.stop()
+        self.cov.save()
+        os.environ.pop("COVERAGE_PROCESS_START", None)
+        self.cov.combine(data_paths=[self.dir], keep=False)
+        out = io.StringIO()
+        self.total = self.cov.report(file=out)
+        self.text = out.getvalue()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.total
+
+
+_OFF = _off_because()
+_MEASUREMENT = _Measurement() if _OFF is None else None
+_deselected = [0]
+
+
+def pytest_deselected(items: Any) -> None:
+    _deselected[0] += len(items)
+
+
+def _partial(session: pytest.Session) -> Optional[str]:
+    """Why this run is not the whole suite (None when it is)."""
+    config = session.config
+    option = config.option
+    if not sys.platform.startswith("linux"):
+        return f"not Linux ({sys.platform}): some tests skip here"
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return "test paths were given"
+    for name, flag in (("keyword", "-k"), ("markexpr", "-m"), ("deselect", "--deselect"), ("lf", "--lf"),
+                       ("stepwise", "--sw"), ("ignore", "--ignore"), ("collectonly", "--collect-only")):
+        if getattr(option, name, None):
+            return f"{flag} was given"
+    if _deselected[0]:
+        return "tests were deselected"
+    if session.testsfailed or session.shouldstop or session.shouldfail:
+        return "tests failed or the run stopped early"
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, None, None]:
+    yield
+    if _MEASUREMENT is None:
+        return
+    total = _MEASUREMENT.finish()
+    floor = float(_MEASUREMENT.cov.config.fail_under)
+    partial = _partial(session)
+    if partial is not None:
+        _MEASUREMENT.text += (
+            f"branch coverage {total:.1f}% (the {floor:g}% floor is checked on whole runs only: {partial})\n"
+        )
+    elif total < floor:
+        _MEASUREMENT.text += f"FAIL: branch coverage {total:.1f}% is below the floor of {floor:g}% (pyproject.toml)\n"
+        session.testsfailed += 1  # the run's exit status says so
+    else:
+        _MEASUREMENT.text += f"branch coverage {total:.1f}% >= floor {floor:g}%\n"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.section("coverage of the pure modules (tests/coverage_floor.py)")
+    if _MEASUREMENT is None:
+        terminalreporter.write_line(f"not measured: {_OFF}")
+    elif _MEASUREMENT.total is not None:
+        terminalreporter.write(_MEASUREMENT.text)
