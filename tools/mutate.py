@@ -543,9 +543,13 @@ def parse_ranges(specs: Sequence[str]) -> List[Tuple[int, int]]:
 
 
 def changed_lines(rel: str, ref: str) -> List[Tuple[int, int]]:
-    """Line ranges of ``rel`` (in the working tree) added or changed since ``ref``."""
+    """Line ranges of ``rel`` (in the working tree) added or changed since this branch left
+    ``ref`` (their merge base: what ``ref`` gained since does not count)."""
+    base = subprocess.run(
+        ["git", "merge-base", ref, "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     diff = subprocess.run(
-        ["git", "diff", "-U0", ref, "--", rel], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "diff", "-U0", base, "--", rel], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     out = []
     for match in re.finditer(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", diff, re.M):
@@ -692,7 +696,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="seconds per mutant (default: 3x the baseline run + 30)")
     parser.add_argument("--lines", action="append", default=[], metavar="A-B",
                         help="only mutants touching these lines (repeatable; A-B,C-D)")
-    parser.add_argument("--changed-since", metavar="REF", help="only mutants on lines changed since this git ref")
+    parser.add_argument("--changed-since", metavar="REF",
+                        help="only mutants on lines changed since the branch left REF (its merge base with HEAD)")
     parser.add_argument("--op", action="append", default=[], help="only these operators (repeatable)")
     parser.add_argument("--mutant", action="append", default=[], type=int, metavar="ID", help="only these mutant ids")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
