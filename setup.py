@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 
@@ -73,9 +74,20 @@ def extensions() -> list[Extension]:
             raise
         OptionalBuildExt._warn("leasequeue._inmemory_c", exc)
         return []
+    # The transport's .pyx includes its data structures from .pxi files, and
+    # both modules use the platform header.  cythonize() finds these from the
+    # include/extern statements itself; they are listed too so that an edit
+    # to any of them rebuilds the module whatever tool drives the build.
+    platform_h = "src/leasequeue/_lq_platform.h"
+    build_h = "src/leasequeue/_lq_build.h"
+    transport_pxi = sorted(glob.glob("src/leasequeue/_inmemory_*.pxi"))
     exts = [
-        Extension("leasequeue._inmemory_c", ["src/leasequeue/_inmemory_c.pyx"]),
-        Extension("leasequeue._floor", ["src/leasequeue/_floor.pyx"]),
+        Extension(
+            "leasequeue._inmemory_c",
+            ["src/leasequeue/_inmemory_c.pyx"],
+            depends=[*transport_pxi, platform_h, build_h],
+        ),
+        Extension("leasequeue._floor", ["src/leasequeue/_floor.pyx"], depends=[platform_h, build_h]),
     ]
     return cythonize(exts, compiler_directives=CYTHON_DIRECTIVES)
 

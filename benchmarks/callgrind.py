@@ -59,7 +59,7 @@ def instructions(impl: str, n: int, g: int, k: int, kmax: int, python: str, cach
             f"--cache-sim={'yes' if cache_sim else 'no'}",
             python,
             "-m",
-            "leasequeue._bench",
+            "leasequeue.bench",
             "--callgrind-child",
             impl,
             str(n),

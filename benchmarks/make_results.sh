@@ -42,7 +42,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
       --repeats 11 --ops 50000 --no-memory --no-progress --json "$out/.alone-$impl.json" > /dev/null
     "$PY" - "$out/.alone-$impl.json" "$impl" <<'PYEOF'
 import json, sys
-from leasequeue._bench import fmt_ns
+from leasequeue.bench import fmt_ns
 r = {x["n"]: x for x in json.load(open(sys.argv[1]))["results"]}
 a, b = r[10_000], r[1_000_000]
 cell = lambda x: f"{fmt_ns(x['median_ns'])} [{fmt_ns(x['min_ns'])}–{fmt_ns(x['max_ns'])}]"

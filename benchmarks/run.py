@@ -5,7 +5,7 @@
     PYTHONPATH=src python3 benchmarks/run.py --full --plot out.png --json out.json
 
 All options are those of ``python -m leasequeue bench --help``; the suite
-itself lives in ``src/leasequeue/_bench.py`` so that it also runs from an
+itself lives in ``src/leasequeue/bench/`` so that it also runs from an
 installed wheel.
 """
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 #: Branch coverage of the pure modules, with a floor on whole runs.
 pytest_plugins = ["coverage_floor"]
@@ -46,12 +46,12 @@ def transport_cls(impl: ModuleType) -> Any:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def transport(transport_cls: Any, clock: FakeClock) -> Iterator[Any]:
+def transport(transport_cls: Any, clock: ManualClock) -> Iterator[Any]:
     with transport_cls(clock=clock) as t:
         yield t
 

@@ -1,41 +1,70 @@
-"""Shared test helpers (imported by the tests; not a test module)."""
+"""Shared test helpers (imported by the tests; not a test module).
+
+The manual clock and the referee are the public kit's
+(``leasequeue.testing.ManualClock`` / ``ReferenceTransport``); what is here
+serves this suite only.
+"""
 
 from __future__ import annotations
 
+import math
 import sys
-import threading
-from typing import List
+from typing import Any, List
 
+from leasequeue._validation import INT64_MAX, INT64_MIN
 
-class FakeClock:
-    """A manual clock: ``clock()`` returns ``now``; tests move it by hand.
-
-    Thread-safe enough for stress tests: reads and ``advance`` take a lock.
-    """
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = float(start)
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        with self._lock:
-            return self.now
-
-    def advance(self, seconds: float) -> float:
-        with self._lock:
-            self.now += seconds
-            return self.now
-
-    def set(self, value: float) -> None:
-        with self._lock:
-            self.now = float(value)
-
+__all__ = ["CPYTHON_ONLY_REASON", "INT64_MAX", "INT64_MIN", "IS_CPYTHON", "fingerprint", "lease_key", "python_argv"]
 
 #: CPython runs ``__del__`` the moment the last reference goes, and has
 #: tracemalloc and ``gc.set_threshold`` semantics the fault tests rely on;
 #: PyPy runs finalisers whenever its collector gets to them.
 CPYTHON_ONLY_REASON = "relies on CPython's reference counting / gc / tracemalloc semantics"
 IS_CPYTHON = sys.implementation.name == "cpython"
+
+
+def lease_key(lease: Any) -> Any:
+    """A lease as comparable data: every field, the event by identity, and
+    the exact types of the fields (an implementation must not leak a str
+    subclass or an int where a float belongs)."""
+    if lease is None:
+        return None
+    return (
+        lease.seq,
+        lease.group_id,
+        id(lease.event),
+        lease.worker_id,
+        lease.expires_at,
+        lease.attempt,
+        type(lease.seq).__name__,
+        type(lease.group_id).__name__,
+        type(lease.worker_id).__name__,
+        type(lease.expires_at).__name__,
+        type(lease.attempt).__name__,
+    )
+
+
+def fingerprint(transport: Any, clock: Any) -> list[Any]:
+    """Everything observable about a transport, found by using it up.
+
+    ``len``/``stats`` now; every claim that succeeds now (which groups are
+    eligible, in which order, with which attempt); then, far in the future
+    with all those leases acked, the drain order of everything left.
+    Two transports with the same history give the same fingerprint.
+    """
+    out: list[Any] = [len(transport), tuple(transport.stats())]
+    held = []
+    while (lease := transport.claim("probe", math.inf, INT64_MIN)) is not None:
+        out.append(lease_key(lease))
+        held.append(lease)
+    for lease in held:
+        transport.ack(lease)
+    out.append(tuple(transport.stats()))
+    clock.advance(1e9)
+    while (lease := transport.claim("drain", 1.0, INT64_MIN)) is not None:
+        out.append(lease_key(lease))
+        transport.ack(lease)
+    out.append((len(transport), tuple(transport.stats())))
+    return out
 
 
 #: Runs first in a child interpreter: when the test run measures coverage

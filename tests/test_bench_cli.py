@@ -1,4 +1,4 @@
-"""The ``leasequeue`` command line and its benchmark report (issue 4).
+"""The ``leasequeue`` command line and its benchmark report.
 
 Runs ``python -m leasequeue bench --smoke`` in a subprocess, as a user would,
 and checks the shape of what it prints and writes: every implementation that
@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +118,19 @@ def test_json_has_every_implementation_and_key(smoke: Dict[str, Any]) -> None:
     assert not any(r["impl"] == "queue" and r["workload"] in ("nack", "expiry", "priority") for r in report["results"])
 
 
+def test_header_names_the_cython_that_compiled_the_extension(smoke: Dict[str, Any]) -> None:
+    """The version recorded at build time, not whatever Cython is importable now."""
+    machine = smoke["json"]["meta"]["machine"]
+    if _importable("leasequeue._floor"):
+        version = importlib.import_module("leasequeue._floor").CYTHON_VERSION
+        assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?", version), version
+        assert machine["cython"] == version
+        assert f"; Cython {version}; leasequeue " in smoke["stdout"]
+    else:
+        assert machine["cython"] is None
+        assert "no compiled extension" in smoke["stdout"]
+
+
 def test_ratios_are_relative_to_the_fastest_real_transport(smoke: Dict[str, Any]) -> None:
     report = smoke["json"]
     ref = "cython" if "cython" in _expected_impls() else "pure"
@@ -149,7 +163,13 @@ def test_markdown_table_names_every_implementation(smoke: Dict[str, Any]) -> Non
     header = next(line for line in md.splitlines() if line.startswith("| N | G |"))
     for impl in _expected_impls():
         assert labels[impl] in header
-    assert "## cycle" in md and "## Targets (issue 4)" in md and "## Memory" in md
+    assert "## cycle" in md and "## Performance goals" in md and "## Memory" in md
+    # Each goal says why it is set (no reference to an issue a user cannot see).
+    goals = smoke["json"]["targets"]
+    assert goals and all(g["why"] for g in goals)
+    for g in goals:
+        assert f"- {g['target']} {g['goal']}: {g['why']}." in md
+    assert "issue" not in md.lower()
 
 
 
@@ -161,7 +181,7 @@ def test_seed_baseline_chooses_what_the_transport_chooses() -> None:
     import itertools
     import random
 
-    from leasequeue._bench import SeedTransport
+    from leasequeue.bench import SeedTransport
     from leasequeue._inmemory_py import InMemoryTransport
 
     rng = random.Random(4)

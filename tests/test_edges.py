@@ -24,13 +24,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 # -- single active consumer: a stale ready entry never resurfaces ------------------
 
 
 @pytest.mark.parametrize("levels", ["one-level", "two-levels"])
-def test_extended_lease_is_not_served_from_a_stale_ready_entry(transport: Any, clock: FakeClock, levels: str) -> None:
+def test_extended_lease_is_not_served_from_a_stale_ready_entry(transport: Any, clock: ManualClock, levels: str) -> None:
     """SPEC guarantee 1: at most one message of a group is leased at a time.
 
     The scenario of issue 14: b's lease expires and a claim that finds nothing
@@ -74,7 +74,7 @@ def _drain(transport: Any, limit: int = 100) -> List[Tuple[str, Any, int]]:
     raise AssertionError("the transport never ran dry")
 
 
-def test_expired_lease_keeps_its_groups_place_at_the_front(transport: Any, clock: FakeClock) -> None:
+def test_expired_lease_keeps_its_groups_place_at_the_front(transport: Any, clock: ManualClock) -> None:
     """SPEC 3 and decisions "Round-robin key": expiry keeps the group's position.
 
     a was claimed least recently when its lease expires, so it is served
@@ -88,7 +88,7 @@ def test_expired_lease_keeps_its_groups_place_at_the_front(transport: Any, clock
     assert _drain(transport) == [("a", "a1", 2), ("b", "b2", 1), ("c", "c2", 1), ("a", "a2", 1)]
 
 
-def test_expired_lease_keeps_its_groups_place_at_the_back(transport: Any, clock: FakeClock) -> None:
+def test_expired_lease_keeps_its_groups_place_at_the_back(transport: Any, clock: ManualClock) -> None:
     """SPEC 3 and decisions "Round-robin key": expiry keeps the group's position.
 
     c was claimed most recently when its lease expires: it waits behind the
@@ -102,7 +102,7 @@ def test_expired_lease_keeps_its_groups_place_at_the_back(transport: Any, clock:
     assert _drain(transport) == [("a", "a2", 1), ("b", "b2", 1), ("c", "c1", 2)]
 
 
-def test_expired_park_keeps_its_groups_place(transport: Any, clock: FakeClock) -> None:
+def test_expired_park_keeps_its_groups_place(transport: Any, clock: ManualClock) -> None:
     """SPEC nack: "the group keeps its round-robin position from the claim",
     also once the park has run out."""
     for event in ("a1", "b1", "c1", "a2", "b2", "c2"):

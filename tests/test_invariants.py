@@ -44,7 +44,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
 
@@ -68,7 +68,7 @@ def make_machine(impl: Any) -> type:
 
         def __init__(self) -> None:
             super().__init__()
-            self.clock = FakeClock(1000.0)
+            self.clock = ManualClock(1000.0)
             self.t = impl.InMemoryTransport(clock=self.clock)
             self.groups: Dict[str, _GroupShadow] = {}
             self.events: Dict[int, Any] = {}

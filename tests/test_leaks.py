@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
 
@@ -46,28 +46,28 @@ def fresh(text: str) -> str:
 # -- weakref: the transport lets go of the event ------------------------------
 
 
-def _plain(t: Any, clock: FakeClock) -> None:
+def _plain(t: Any, clock: ManualClock) -> None:
     t.ack(t.claim("w", 10))
 
 
-def _after_nack(t: Any, clock: FakeClock) -> None:
+def _after_nack(t: Any, clock: ManualClock) -> None:
     t.nack(t.claim("w", 10))
     t.ack(t.claim("w", 10))
 
 
-def _after_park(t: Any, clock: FakeClock) -> None:
+def _after_park(t: Any, clock: ManualClock) -> None:
     t.nack(t.claim("w", 10), 5)
     clock.advance(6)
     t.ack(t.claim("w", 10))
 
 
-def _via_old_lease_after_extend(t: Any, clock: FakeClock) -> None:
+def _via_old_lease_after_extend(t: Any, clock: ManualClock) -> None:
     lease = t.claim("w", 10)
     t.extend(lease, 10)
     t.ack(lease)
 
 
-def _after_crash_and_redelivery(t: Any, clock: FakeClock) -> None:
+def _after_crash_and_redelivery(t: Any, clock: ManualClock) -> None:
     stale = t.claim("w", 10)
     clock.advance(11)
     t.ack(t.claim("w2", 10))
@@ -75,7 +75,7 @@ def _after_crash_and_redelivery(t: Any, clock: FakeClock) -> None:
         t.ack(stale)
 
 
-def _expired_then_acked(t: Any, clock: FakeClock) -> None:
+def _expired_then_acked(t: Any, clock: ManualClock) -> None:
     lease = t.claim("w", 10)
     clock.advance(11)
     t.stats()  # observes the expiry
@@ -89,7 +89,7 @@ ENDINGS = [_plain, _after_nack, _after_park, _via_old_lease_after_extend, _after
 @pytest.mark.parametrize("ending", ENDINGS, ids=[f.__name__.strip("_") for f in ENDINGS])
 @pytest.mark.parametrize("group_survives", [False, True], ids=["group-drained", "group-survives"])
 def test_no_reference_to_event_after_ack(
-    transport: Any, clock: FakeClock, ending: Callable[[Any, FakeClock], None], group_survives: bool
+    transport: Any, clock: ManualClock, ending: Callable[[Any, ManualClock], None], group_survives: bool
 ) -> None:
     event = Event()
     ref = weakref.ref(event)
@@ -104,7 +104,7 @@ def test_no_reference_to_event_after_ack(
 
 
 def test_no_reference_to_events_after_transport_dies(make_transport: Callable[..., Any]) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     events = [Event(i) for i in range(50)]
     refs = [weakref.ref(e) for e in events]
@@ -122,7 +122,7 @@ def test_no_reference_to_events_after_transport_dies(make_transport: Callable[..
 # -- sys.getrefcount returns to baseline --------------------------------------
 
 
-def test_refcounts_return_to_baseline(transport: Any, clock: FakeClock) -> None:
+def test_refcounts_return_to_baseline(transport: Any, clock: ManualClock) -> None:
     event = Event()
     group = fresh("group")
     worker = fresh("worker")
@@ -147,7 +147,7 @@ def test_refcounts_return_to_baseline(transport: Any, clock: FakeClock) -> None:
     assert after == before, "(event, group id, worker id, priority) refcounts"
 
 
-def test_refcounts_unchanged_by_failing_calls(transport: Any, impl: Any, clock: FakeClock) -> None:
+def test_refcounts_unchanged_by_failing_calls(transport: Any, impl: Any, clock: ManualClock) -> None:
     event = Event()
     group = fresh("group")
     worker = fresh("worker")
@@ -207,21 +207,21 @@ def traced() -> Iterator[Callable[[], int]]:
         tracemalloc.stop()
 
 
-def _cycles_same_group(t: Any, clock: FakeClock, n: int) -> None:
+def _cycles_same_group(t: Any, clock: ManualClock, n: int) -> None:
     # a standing backlog keeps the group alive: message slots are reused
     for _ in range(n):
         t.publish("g", Event())
         t.ack(t.claim("w", 10))
 
 
-def _cycles_fresh_groups(t: Any, clock: FakeClock, n: int) -> None:
+def _cycles_fresh_groups(t: Any, clock: ManualClock, n: int) -> None:
     # every cycle creates a group and forgets it again
     for i in range(n):
         t.publish(f"group-{i}", Event(), i % 5)
         t.ack(t.claim("w", 10, 0))
 
 
-def _cycles_retries(t: Any, clock: FakeClock, n: int) -> None:
+def _cycles_retries(t: Any, clock: ManualClock, n: int) -> None:
     # the backlog stays under 100, as in the warm-up: only a per-cycle leak can grow
     for i in range(n):
         if len(t) < 100:
@@ -247,7 +247,7 @@ def _cycles_retries(t: Any, clock: FakeClock, n: int) -> None:
             t.ack(lease)
 
 
-def _cycles_failing_calls(t: Any, clock: FakeClock, n: int) -> None:
+def _cycles_failing_calls(t: Any, clock: ManualClock, n: int) -> None:
     t.publish("g", Event())
     lease = t.claim("w", 10)
     t.nack(lease)
@@ -284,7 +284,7 @@ def test_traced_memory_flat(
     The bound (32 KiB) is below one byte per cycle: any per-cycle leak of an
     object, however small, exceeds it.
     """
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     t.publish("g", Event())  # "g" keeps one message throughout (a standing backlog)
     t.publish("g", Event())
@@ -302,7 +302,7 @@ def test_message_storage_shrinks_after_backlog_drains(
 ) -> None:
     """A burst of 100k messages in 10 groups, drained: storage returns near the baseline."""
     n = 100_000
-    t = make_transport(clock=FakeClock())
+    t = make_transport(clock=ManualClock())
     event = Event()
     base = traced()
     for i in range(n):
@@ -320,7 +320,7 @@ def test_message_storage_shrinks_after_backlog_drains(
 def test_group_table_shrinks_after_groups_drain(make_transport: Callable[..., Any], traced: Callable[[], int]) -> None:
     """100k groups published and drained: storage returns near the baseline."""
     n = 100_000
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     names = [f"group-{i}" for i in range(n)]
     event = Event()

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 # CPython's allocation tracer; PyPy has no _tracemalloc.
 tracemalloc = pytest.importorskip("tracemalloc", reason="tracemalloc is not available on this interpreter")
 
 
-def _rounds(t: Any, clock: FakeClock, lease: Any, n: int) -> Any:
+def _rounds(t: Any, clock: ManualClock, lease: Any, n: int) -> Any:
     for _ in range(n):
         clock.advance(2.0)
         # the expired lease's group becomes ready again; the floor skips it
@@ -27,7 +27,7 @@ def _rounds(t: Any, clock: FakeClock, lease: Any, n: int) -> Any:
 
 
 def test_expire_extend_churn_does_not_grow_memory(make_transport: Any) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     t = make_transport(clock=clock)
     t.publish("G", "g")
     lease = t.claim("w", 1.0)

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import pytest
 
 import leasequeue
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 
 @pytest.fixture(scope="module")
@@ -137,14 +137,14 @@ def test_transport_constructor_contract(pure: ModuleType, compiled: ModuleType) 
     assert list(params) == ["clock"] and params["clock"].default is time.time
     for module in (pure, compiled):
         cls = module.InMemoryTransport
-        for t in (cls(clock=FakeClock(7.0)), cls(FakeClock(7.0))):
+        for t in (cls(clock=ManualClock(7.0)), cls(ManualClock(7.0))):
             t.publish("g", "e")
             assert t.claim("w", 1).expires_at == 8.0
         before = time.time()
         t = cls()  # default: time.time
         t.publish("g", "e")
         assert before + 100 <= t.claim("w", 100).expires_at <= time.time() + 100
-        for args, kwargs in (((), {"clock": FakeClock(), "extra": 1}), ((FakeClock(), FakeClock()), {}),
+        for args, kwargs in (((), {"clock": ManualClock(), "extra": 1}), ((ManualClock(), ManualClock()), {}),
                              ((), {"time": time.time}), ((), {"clock": None})):
             with pytest.raises(TypeError):
                 cls(*args, **kwargs)
@@ -167,9 +167,47 @@ def test_lease_constructor_contract(pure: ModuleType, compiled: ModuleType) -> N
 def test_same_reprs(pure: ModuleType, compiled: ModuleType) -> None:
     reprs = []
     for module in (pure, compiled):
-        t = module.InMemoryTransport(clock=FakeClock())
+        t = module.InMemoryTransport(clock=ManualClock())
         t.publish("g", ("ev", 1))
         t.publish("h", None)
         lease = t.claim("w", 2.5)
         reprs.append((repr(lease), repr(t).replace(module.__name__, "<module>"), repr(t.stats())))
     assert reprs[0] == reprs[1]
+
+
+def _error(call: Any) -> tuple[type, str]:
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the error itself is the result
+        return type(exc), str(exc)
+    raise AssertionError("no error raised")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda t, lease: t.claim("w", float("nan")),
+        lambda t, lease: t.claim("w", -1),
+        lambda t, lease: t.claim("w", "1"),
+        lambda t, lease: t.claim(1, 1.0),
+        lambda t, lease: t.claim("__parked__", 1.0),
+        lambda t, lease: t.claim("w", 1.0, 2**63),
+        lambda t, lease: t.claim("w", 1.0, True),
+        lambda t, lease: t.nack(lease, float("nan")),
+        lambda t, lease: t.nack(lease, -0.5),
+        lambda t, lease: t.extend(lease, float("-inf")),
+        lambda t, lease: t.publish(b"g", None),
+        lambda t, lease: t.publish("g", None, 1.5),
+        lambda t, lease: t.ack("not a lease"),
+    ],
+)
+def test_same_error_messages(pure: ModuleType, compiled: ModuleType, bad: Any) -> None:
+    """Both implementations raise the same error type with the same words."""
+    errors = []
+    for module in (pure, compiled):
+        t = module.InMemoryTransport(clock=ManualClock())
+        t.publish("g", None)
+        lease = t.claim("w", 5.0)
+        errors.append(_error(lambda: bad(t, lease)))
+    assert errors[0] == errors[1]
+    assert "nan" not in errors[0][1] or "NaN" in errors[0][1]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import leasequeue
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 NO_EXTENSIONS = bool(os.environ.get("LEASEQUEUE_NO_EXTENSIONS"))
 
@@ -87,7 +87,7 @@ def test_empty_environment_variable_does_not_force_pure() -> None:
 
 
 def test_public_lease_is_the_class_of_the_public_transports_leases() -> None:
-    t = leasequeue.InMemoryTransport(clock=FakeClock())
+    t = leasequeue.InMemoryTransport(clock=ManualClock())
     t.publish("g", "e")
     lease = t.claim("w", 1)
     assert type(lease) is leasequeue.Lease
@@ -104,7 +104,7 @@ def test_public_names() -> None:
 def test_lease_lost_caught_for_both_implementations(impl: ModuleType) -> None:
     assert impl.LeaseLost is leasequeue.LeaseLost
     assert issubclass(leasequeue.LeaseLost, leasequeue.LeaseQueueError)
-    t = impl.InMemoryTransport(clock=FakeClock())
+    t = impl.InMemoryTransport(clock=ManualClock())
     t.publish("g", "e")
     lease = t.claim("w", 1)
     t.ack(lease)

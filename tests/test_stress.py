@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 import pytest
 
@@ -212,7 +212,7 @@ class _Run:
         self.cfg = cfg
         self.log = _Log()
         if cfg.clock == "fake":
-            self.fake: Optional[FakeClock] = FakeClock(1000.0)
+            self.fake: Optional[ManualClock] = ManualClock(1000.0)
             self.clock = RecordingClock(self.fake)
             self.visibility = 4.0
             self.delays = (0.5, 1.0, 2.0)

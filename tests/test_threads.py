@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from helpers import FakeClock
+from leasequeue.testing import ManualClock
 
 PUBLISHERS = 4
 CLAIMERS = 4
@@ -62,7 +62,7 @@ def many_switches() -> Iterator[None]:
 def test_publishers_and_claimers_at_once(
     make_transport: Callable[..., Any], clock_kind: str, groups_per_publisher: int, many_switches: None
 ) -> None:
-    transport = make_transport(clock=FakeClock()) if clock_kind == "fake" else make_transport()
+    transport = make_transport(clock=ManualClock()) if clock_kind == "fake" else make_transport()
     visibility = 3600.0
 
     log_lock = threading.Lock()
@@ -153,7 +153,7 @@ def test_publishers_and_claimers_at_once(
 
 def test_many_threads_one_group_serialised(make_transport: Callable[..., Any], many_switches: None) -> None:
     """Eight claimers fight over one group: never two holders, FIFO kept."""
-    transport = make_transport(clock=FakeClock())
+    transport = make_transport(clock=ManualClock())
     count = 3000
     for i in range(count):
         transport.publish("hot", i)

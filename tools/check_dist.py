@@ -243,8 +243,15 @@ class Checker:
                 problems.append(f"classifier missing: {c}")
         if not any(c.startswith("Programming Language :: Python :: Free Threading") for c in classifiers):
             problems.append("no free-threading classifier")
-        if not meta.get_all("Project-URL"):
-            problems.append("no Project-URL")
+        # Project addresses only once they exist: each must be one that
+        # tools/check_links.py allows (checked by hand).
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from check_links import ALLOWED
+
+        for entry in meta.get_all("Project-URL") or []:
+            url = entry.split(",", 1)[-1].strip()
+            if url not in ALLOWED:
+                problems.append(f"Project-URL {url} is not in tools/check_links.py ALLOWED")
         if problems:
             raise StepFailed("; ".join(problems))
         return f"compiled {compiled}, py.typed, version {version}, MIT, extras {sorted(extras)}"

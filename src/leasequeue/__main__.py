@@ -43,7 +43,7 @@ def _str_list(text: str) -> List[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``leasequeue`` argument parser (subcommands: ``bench``, ``info``)."""
-    from ._bench import ALL_IMPLS, WORKLOADS
+    from .bench import ALL_IMPLS, WORKLOADS
 
     parser = argparse.ArgumentParser(
         prog="leasequeue",
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from . import _bench as bench
+    from . import bench
 
     if args.full:
         cfg = bench.BenchConfig.full()
@@ -129,7 +129,7 @@ def _bench(args: argparse.Namespace) -> int:
         with open(args.from_json, encoding="utf-8") as f:
             report = json.load(f)
         saved = bench.BenchConfig(**report["meta"]["config"])
-        report["targets"] = bench.evaluate_targets(saved, report["results"], report["ratios"], report["memory"])
+        report["targets"] = bench.evaluate_goals(saved, report["results"], report["ratios"], report["memory"])
     else:
         report = bench.run(cfg, progress=not args.no_progress, memory=not args.no_memory)
     md = bench.render_markdown(report)

@@ -23,6 +23,13 @@ import time
 cdef object _time_time = time.time
 
 
+cdef extern from "_lq_build.h":
+    object lq_cython_version()
+
+#: The Cython version that compiled this module (recorded at build time).
+CYTHON_VERSION = lq_cython_version()
+
+
 cdef extern from "_lq_platform.h":
     # Exactly the transport's C read of time.time and its lock primitive.
     double lq_wall_time() noexcept nogil

@@ -5,4 +5,6 @@ from ._inmemory_py import InMemoryTransport as InMemoryTransport
 from ._inmemory_py import Lease as Lease
 from ._types import TransportStats as TransportStats
 
+CYTHON_VERSION: str
+
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]

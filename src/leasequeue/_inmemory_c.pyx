@@ -4,21 +4,32 @@
 
 Same contract (``SPEC.md``, ``docs/decisions.md``), same names, signatures,
 docstrings and error messages as the pure module; the algorithm is explained
-there.  Here the same structures live in C arrays:
+there.  Here the same structures live in C arrays, each in a file of its
+own (included below, in the order of the pure module's sections):
 
-* groups: an array of 64-byte ``Group`` structs (the fields a claim touches
-  together); freed slots are chained in a free list.  A group
-  id finds its slot through an open-addressing table of (slot, 32 bits of
-  the id's hash) pairs, 8 bytes an entry; the group keeps a borrowed
-  pointer to its id, whose reference a list by slot owns.  Only a group's
-  head message can be leased or parked, so lock state lives on the group.
-* messages: an array of packed 12-byte ``Message`` records (``seq`` and
-  ``next``: a singly linked FIFO per group), events in a ``list`` indexed by
-  the same slot so the garbage collector sees them.
-* ready groups: an indexed 4-ary heap per priority level, keyed by the
-  round-robin key; the levels form a treap whose nodes know the smallest
-  ready key of their subtree (claim with a priority floor is one walk).
-* locked groups with a finite expiry: an indexed min-heap keyed by expiry.
+* groups (``_inmemory_storage.pxi``): an array of 64-byte ``Group`` structs
+  (the fields a claim touches together); freed slots are chained in a free
+  list.  A group id finds its slot through an open-addressing table of
+  (slot, 32 bits of the id's hash) pairs, 8 bytes an entry
+  (``_inmemory_ids.pxi``); the group keeps a borrowed pointer to its id,
+  whose reference a list by slot owns.  Only a group's head message can be
+  leased or parked, so lock state lives on the group.
+* messages (``_inmemory_storage.pxi``): an array of packed 12-byte
+  ``Message`` records (``seq`` and ``next``: a singly linked FIFO per
+  group), events in a ``list`` indexed by the same slot so the garbage
+  collector sees them.
+* ready groups (``_inmemory_ready.pxi``): an indexed 4-ary heap per priority
+  level, keyed by the round-robin key; the levels form a treap whose nodes
+  know the smallest ready key of their subtree (claim with a priority floor
+  is one walk).
+* locked groups with a finite expiry (``_inmemory_expiry.pxi``): an indexed
+  min-heap keyed by expiry.
+
+Each structure is a C struct the transport holds, with ``cdef ...
+noexcept`` functions (``inline`` where hot) taking a pointer to it
+(``ids_lookup``, ``ready_push``, ``expiry_push``, ...); the ``Lease`` class
+and the argument checks have files of their own too.  The transport's
+methods below are the operations.
 
 Memory is only allocated before anything changes, so a ``MemoryError``
 leaves the transport as it was: ``publish`` grows the message, group, id
@@ -56,6 +67,13 @@ __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 cdef str _PARKED_STR = PARKED
 cdef object _time_time = time.time
 cdef double _INF = float("inf")
+
+
+cdef extern from "_lq_build.h":
+    object lq_cython_version()
+
+#: The Cython version that compiled this module (recorded at build time).
+CYTHON_VERSION = lq_cython_version()
 
 
 cdef extern from "_lq_platform.h":
@@ -141,274 +159,14 @@ cdef enum:
 cdef int64_t _NEVER_CLAIMED = (<int64_t>1) << 62
 
 
-ctypedef struct Group:
-    PyObject *gid        # the group id (borrowed: _group_ids owns it)
-    int64_t key          # round-robin key
-    int64_t attempt      # deliveries of the head message so far
-    double expires_at    # end of the lease/park (when lock != _FREE)
-    double claimed_at    # time of the last claim (recorded, as the seed does)
-    int32_t head         # oldest message slot (free list link when unused)
-    int32_t tail         # newest message slot
-    int32_t count        # messages held; 0 = slot unused
-    int32_t level        # priority level (treap node)
-    uint8_t lock         # _FREE / _LEASED / _PARKED
-    uint8_t open         # the head's latest delivery is still current
-
-
-# One message: its seq and the next message of its group (or the free-list
-# link).  Packed to 12 bytes; ``claim`` reads ``seq`` and the ``ack`` right
-# after it reads ``next`` of the same message: one cache line, not two.
-ctypedef packed struct Message:
-    int64_t seq
-    int32_t next
-
-
-ctypedef struct IdEntry:
-    int32_t group        # group slot, -1 for an empty entry
-    uint32_t hash        # low 32 bits of the id's hash: probes skip most misses
-
-
-ctypedef struct ReadyEntry:
-    int64_t key
-    int32_t group
-
-
-ctypedef struct ExpiryEntry:
-    double at
-    int32_t group
-
-
-ctypedef struct Level:
-    int64_t priority
-    int64_t best_key     # smallest ready key of the subtree (valid if best >= 0)
-    int64_t groups       # groups of this priority (any state)
-    ReadyEntry *heap     # ready groups of this priority, min-heap on key
-    int32_t size
-    int32_t cap          # >= groups: pushes never allocate
-    int32_t best         # level holding best_key, -1 when none is ready
-    int32_t left         # treap children, -1 for none; free-list link
-    int32_t right
-    uint32_t weight      # treap heap order (max at the root)
-
-
-# ------------------------------------------------------------------ Lease
-
-
-@cython.final
-@cython.auto_pickle(False)
-@cython.freelist(32)  # a claim makes one and an ack usually drops it (GIL builds only)
-cdef class Lease:
-    """One delivery of one message: the handle for ``ack``/``nack``/``extend``.
-
-    An immutable value.  ``seq``, ``group_id`` and ``event`` are the seed's
-    three fields; ``worker_id``, ``expires_at`` (clock seconds) and
-    ``attempt`` (1 on a message's first delivery, +1 at each later claim)
-    follow.  ``event`` is the very object that was published.
-
-    Leases compare equal when all fields but ``event`` are equal and the
-    events are the same object; the hash ignores the event (it may be
-    unhashable).  A ``Lease`` built by hand is never accepted by a transport:
-    only leases a transport issued are current there.
-    """
-
-    cdef readonly object group_id
-    cdef readonly object event
-    cdef readonly object worker_id
-    # The issuing transport's token; None on a lease built by hand.
-    cdef object _owner
-    # A hand-built lease keeps the objects it was given; an issued one keeps
-    # C values (no int/float objects are made unless the fields are read).
-    cdef object _seq
-    cdef object _expires_at
-    cdef object _attempt
-    cdef int64_t _cseq
-    cdef int64_t _cattempt
-    cdef double _cexpires_at
-    cdef int32_t _slot
-
-    def __init__(
-        self,
-        seq: int,
-        group_id: str,
-        event: Any,
-        worker_id: str,
-        expires_at: float,
-        attempt: int,
-    ) -> None:
-        self._seq = seq
-        self.group_id = group_id
-        self.event = event
-        self.worker_id = worker_id
-        self._expires_at = expires_at
-        self._attempt = attempt
-        self._owner = None
-
-    @property
-    def seq(self):
-        return self._seq if self._owner is None else self._cseq
-
-    @property
-    def expires_at(self):
-        return self._expires_at if self._owner is None else self._cexpires_at
-
-    @property
-    def attempt(self):
-        return self._attempt if self._owner is None else self._cattempt
-
-    cdef inline object _get_seq(self):
-        return self._seq if self._owner is None else self._cseq
-
-    cdef inline object _get_expires_at(self):
-        return self._expires_at if self._owner is None else self._cexpires_at
-
-    cdef inline object _get_attempt(self):
-        return self._attempt if self._owner is None else self._cattempt
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Lease is immutable: cannot set {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Lease is immutable: cannot delete {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Lease):
-            return NotImplemented
-        cdef Lease o = <Lease>other
-        return (
-            self._get_seq() == o._get_seq()
-            and self.group_id == o.group_id
-            and self.event is o.event
-            and self.worker_id == o.worker_id
-            and self._get_expires_at() == o._get_expires_at()
-            and self._get_attempt() == o._get_attempt()
-        )
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    def __hash__(self) -> int:
-        return hash((self._get_seq(), self.group_id, self.worker_id, self._get_expires_at(), self._get_attempt()))
-
-    def __repr__(self) -> str:
-        return (
-            f"Lease(seq={self._get_seq()!r}, group_id={self.group_id!r}, event={self.event!r}, "
-            f"worker_id={self.worker_id!r}, expires_at={self._get_expires_at()!r}, "
-            f"attempt={self._get_attempt()!r})"
-        )
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a Lease cannot be pickled or copied: it is only valid in its transport")
-
-    def __copy__(self) -> "Lease":
-        return self
-
-    def __deepcopy__(self, memo: Any) -> "Lease":
-        return self
-
-
-cdef inline Lease _issue(
-    int64_t seq, object group_id, object event, object worker_id,
-    double expires_at, int64_t attempt, object owner, int32_t slot,
-):
-    """Build a lease stamped with its transport's owner token."""
-    cdef Lease lease = Lease.__new__(Lease)
-    lease.group_id = group_id
-    lease.event = event
-    lease.worker_id = worker_id
-    lease._owner = owner
-    lease._cseq = seq
-    lease._cexpires_at = expires_at
-    lease._cattempt = attempt
-    lease._slot = slot
-    return lease
-
-
-# ------------------------------------------------------------- validation
-
-
-cdef str _check_id(object value, str name):
-    if type(value) is str:
-        return <str>value
-    if isinstance(value, str):
-        # An exact copy: no user __hash__/__eq__ may run under the lock.
-        return str.__getitem__(value, slice(None))
-    raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-
-
-cdef str _check_worker(object value):
-    cdef str worker_id = _check_id(value, "worker_id")
-    if worker_id == _PARKED_STR:
-        raise ValueError(f"worker_id {PARKED!r} is reserved for parked messages")
-    return worker_id
-
-
-cdef int64_t _check_priority(object value, str name) except? -1:
-    cdef int overflow = 0
-    cdef long long result
-    if type(value) is not int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-        value = int(value)
-    result = PyLong_AsLongLongAndOverflow(value, &overflow)
-    if overflow:
-        raise OverflowError(f"{name} {value} is outside the signed 64-bit range")
-    return result
-
-
-cdef inline int64_t _priority(object value, str name) except? -1:
-    """``_check_priority`` with a fast path for an exact int in range."""
-    cdef int overflow = 0
-    cdef long long result
-    if type(value) is int:
-        result = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if not overflow:
-            return result
-    return _check_priority(value, name)
-
-
-cdef double _check_duration(object value, str name) except? -1.0:
-    cdef double seconds
-    if type(value) is float:
-        seconds = <double>value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond float range: it never expires either
-            seconds = _INF if value > 0 else -_INF
-    else:
-        raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
-    if not seconds >= 0.0:  # also catches NaN
-        raise ValueError(f"{name} must be >= 0, not {value!r}")
-    return seconds
-
-
-cdef inline int _check_lease(object lease) except -1:
-    if type(lease) is not Lease:
-        raise TypeError(f"expected a Lease, not {type(lease).__name__}")
-    return 0
-
-
-cdef double _check_time(object value) except? -1.0:
-    cdef double now
-    if type(value) is not float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"clock() must return an int or float, not {type(value).__name__}")
-        try:
-            value = float(value)
-        except OverflowError:
-            raise ValueError(f"clock() returned {value!r}, which is not finite") from None
-    now = <double>value
-    if now - now != 0.0:  # NaN or an infinity
-        raise ValueError(f"clock() returned {value!r}, which is not finite")
-    return now
-
-
-cdef str _lost_message(Lease lease):
-    return (
-        f"lease of message {lease._get_seq()} in group {lease.group_id!r} (attempt {lease._get_attempt()}) "
-        "is not current: it was acked, nacked, re-delivered, or issued by another transport"
-    )
+# The pieces, each in a file of its own, in the order of the pure twin's
+# sections (a module-level include: Cython allows none in a class body).
+include "_inmemory_lease.pxi"       # Lease, _issue, _lost_message
+include "_inmemory_validation.pxi"  # argument checks
+include "_inmemory_ids.pxi"         # IdTable: group id -> group slot
+include "_inmemory_ready.pxi"       # ReadySet: a heap of ready groups per level, the level treap
+include "_inmemory_expiry.pxi"      # ExpiryHeap: locked groups by expiry
+include "_inmemory_storage.pxi"     # MessageStore, GroupStore: the records, grow, forget, compact
 
 
 # -------------------------------------------------------------- transport
@@ -440,85 +198,47 @@ cdef class InMemoryTransport:
     cdef object _clock
     cdef bint _wall_clock           # clock is time.time: read it in C
     cdef object _owner              # stamped on every lease this transport issues
-    cdef list _group_ids            # group slot -> group id (None when unused)
+
+    # messages and groups by slot (_inmemory_storage.pxi), and the objects
+    # they refer to in lists by the same slots, so the garbage collector
+    # sees them: len(_events) >= _messages.cap, len(_group_ids) >= _groups.cap
+    cdef MessageStore _messages
+    cdef GroupStore _groups
     cdef list _events               # message slot -> event (None when unused)
+    cdef list _group_ids            # group slot -> group id (None when unused)
 
-    # messages (struct of arrays), len(_events) >= _m_cap
-    cdef Message *_m
-    cdef int32_t _m_cap
-    cdef int32_t _m_free
+    # group id -> group slot (_inmemory_ids.pxi)
+    cdef IdTable _ids
 
-    # groups, len(_group_ids) >= _g_cap
-    cdef Group *_g
-    cdef int32_t *_g_rpos           # position in its level's ready heap, -1 if not ready
-    cdef int32_t *_g_xpos           # position in the expiry heap, -1 if absent
-    cdef int32_t _g_cap
-    cdef int32_t _g_free
-    cdef int32_t _g_used
+    # ready groups by priority level, and the treap of levels (_inmemory_ready.pxi)
+    cdef ReadySet _ready
 
-    # group id -> group slot: open addressing, linear probing, at most half
-    # full; 8 bytes an entry, where a dict would spend ~50 bytes plus a
-    # 32-byte int per group.
-    cdef IdEntry *_ids
-    cdef size_t _ids_mask           # table size - 1 (a power of two)
-
-    # priority levels: a treap
-    cdef Level *_lv
-    cdef int32_t _lv_cap
-    cdef int32_t _lv_free
-    cdef int32_t _root
-    cdef uint32_t _rng
-
-    # locked groups with a finite expiry; capacity >= groups in use
-    cdef ExpiryEntry *_x
-    cdef int32_t _x_size
-    cdef int32_t _x_cap
+    # locked groups with a finite expiry (_inmemory_expiry.pxi)
+    cdef ExpiryHeap _expiry
 
     cdef double _time               # the latest ``now`` an operation used
     cdef int64_t _seq
     cdef int64_t _claims
-    cdef int64_t _messages
     cdef int64_t _leased            # groups whose lock is _LEASED
     cdef int64_t _parked            # groups whose lock is _PARKED
 
     def __cinit__(self, *args, **kwargs):
-        self._m = NULL
-        self._m_cap = 0
-        self._m_free = -1
-        self._g = NULL
-        self._g_rpos = NULL
-        self._g_xpos = NULL
-        self._g_cap = 0
-        self._g_free = -1
-        self._g_used = 0
-        self._ids = NULL
-        self._ids_mask = 0
-        self._lv = NULL
-        self._lv_cap = 0
-        self._lv_free = -1
-        self._root = -1
-        self._rng = 0x1EA5E
-        self._x = NULL
-        self._x_size = 0
-        self._x_cap = 0
+        messages_init(&self._messages)
+        groups_init(&self._groups)
+        ids_init(&self._ids)
+        ready_init(&self._ready)
+        expiry_init(&self._expiry)
         self._group_ids = []
         self._events = []
         self._owner = object()
         self._time = -_INF
 
     def __dealloc__(self):
-        cdef int32_t i
-        if self._lv != NULL:
-            for i in range(self._lv_cap):
-                PyMem_Free(self._lv[i].heap)
-            PyMem_Free(self._lv)
-            self._lv = NULL
-        PyMem_Free(self._m)
-        PyMem_Free(self._g)
-        PyMem_Free(self._g_rpos)
-        PyMem_Free(self._g_xpos)
-        PyMem_Free(self._ids)
-        PyMem_Free(self._x)
+        PyMem_Free(self._messages.at)
+        PyMem_Free(self._groups.at)
+        ids_free(&self._ids)
+        ready_free(&self._ready)
+        expiry_free(&self._expiry)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         if not callable(clock):
@@ -541,7 +261,6 @@ cdef class InMemoryTransport:
         cdef int rc
         cdef Py_hash_t h
         cdef int32_t slot, m
-        cdef Group *g
         if type(group_id) is str:
             gid = <str>group_id
         else:
@@ -550,20 +269,12 @@ cdef class InMemoryTransport:
         h = hash(gid)  # exact str: no user code
         lq_lock(&self._lock)
         try:
-            slot = self._lookup(gid, h)
-            if slot >= 0 and self._m_free >= 0:
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot >= 0 and self._messages.free >= 0:
                 # Fast path: an existing group, a free message slot.
-                m = self._m_free
-                self._m_free = self._m[m].next
                 self._seq = seq = self._seq + 1
-                self._m[m].seq = seq
-                self._m[m].next = -1
-                lq_list_swap(self._events, m, event)
-                g = &self._g[slot]
-                self._m[g.tail].next = m
-                g.tail = m
-                g.count += 1
-                self._messages += 1
+                m = message_add(&self._messages, self._events, seq, event)
+                group_append(&self._messages, &self._groups.at[slot], m)
                 rc = _OK
             else:
                 rc = self._publish_slow(gid, h, event, prio, slot, &seq)
@@ -591,7 +302,6 @@ cdef class InMemoryTransport:
         cdef int32_t lv = -1, slot = -1, head
         cdef int64_t seq = 0, attempt = 0
         cdef Group *g
-        cdef Level *level
         cdef object gid = None, event = None
         if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
             wid = <str>worker_id
@@ -605,29 +315,19 @@ cdef class InMemoryTransport:
         now = self._now()
         lq_lock(&self._lock)
         try:
-            if self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+            if expiry_make_room(&self._expiry) != _OK:
                 lv = -2  # MemoryError, nothing changed
             else:
                 if now < self._time:  # another thread already used a later time
                     now = self._time
                 else:
                     self._time = now
-                if self._x_size and self._x[0].at < now:
+                if expiry_due(&self._expiry, now):
                     self._expire(now)
-            lv = self._root if lv != -2 else -2
+                lv = ready_best(&self._ready, minp)
             if lv >= 0:
-                level = &self._lv[lv]
-                if level.left < 0 and level.right < 0:
-                    # One priority level: its heap top is the answer.
-                    if level.size == 0 or level.priority < minp:
-                        lv = -1
-                else:
-                    lv = self._find(minp)
-            if lv >= 0:
-                slot = self._lv[lv].heap[0].group
-                self._ready_remove(lv, 0)
-                self._repair(self._root, self._lv[lv].priority)
-                g = &self._g[slot]
+                slot = ready_pop(&self._ready, lv)
+                g = &self._groups.at[slot]
                 self._claims += 1
                 g.key = self._claims
                 g.claimed_at = now
@@ -639,9 +339,9 @@ cdef class InMemoryTransport:
                 g.expires_at = expires_at
                 self._leased += 1
                 if expires_at != _INF:
-                    self._expiry_push(slot, expires_at)
+                    expiry_push(&self._expiry, slot, expires_at)
                 head = g.head
-                seq = self._m[head].seq
+                seq = self._messages.at[head].seq
                 event = lq_list_get(self._events, head)
                 gid = <object>g.gid
         finally:
@@ -659,7 +359,7 @@ cdef class InMemoryTransport:
         position included).  Raises ``LeaseLost`` if the lease is not current;
         an expired lease whose message nobody has claimed since is accepted.
         """
-        cdef int32_t slot, m
+        cdef int32_t slot
         cdef Group *g
         cdef object spent = None      # dropped after the lock is released
         cdef object spent_id = None
@@ -668,23 +368,17 @@ cdef class InMemoryTransport:
         try:
             slot = self._current(<Lease>lease)
             if slot >= 0:
-                g = &self._g[slot]
+                g = &self._groups.at[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
                 g.open = 0
                 g.attempt = 0
-                m = g.head
-                spent = lq_list_swap(self._events, m, None)
-                g.head = self._m[m].next
-                self._m[m].next = self._m_free
-                self._m_free = m
-                g.count -= 1
-                self._messages -= 1
+                spent = group_shift(&self._messages, self._events, g)
                 if g.count == 0:
                     spent_id = self._forget(slot)
-                elif self._g_rpos[slot] < 0:
+                elif not ready_contains(&self._ready, slot):
                     self._make_ready(slot)
-                if self._m_cap > _MIN_MESSAGE_CAP and self._messages * 4 < self._m_cap:
+                if messages_sparse(&self._messages):
                     self._compact_messages()
         finally:
             lq_unlock(&self._lock)
@@ -710,7 +404,7 @@ cdef class InMemoryTransport:
         lq_lock(&self._lock)
         try:
             slot = self._current(<Lease>lease)
-            if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+            if slot >= 0 and expiry_make_room(&self._expiry) != _OK:
                 slot = -2  # MemoryError, nothing changed
             if slot >= 0:
                 if d > 0.0:
@@ -718,22 +412,22 @@ cdef class InMemoryTransport:
                         now = self._time
                     else:
                         self._time = now
-                g = &self._g[slot]
+                g = &self._groups.at[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
                 g.open = 0
                 if d == 0.0:
-                    if self._g_rpos[slot] < 0:
+                    if not ready_contains(&self._ready, slot):
                         self._make_ready(slot)
                 else:
-                    if self._g_rpos[slot] >= 0:
+                    if ready_contains(&self._ready, slot):
                         self._unready(slot)
                     g.lock = _PARKED
                     expires_at = now + d
                     g.expires_at = expires_at
                     self._parked += 1
                     if expires_at != _INF:
-                        self._expiry_push(slot, expires_at)
+                        expiry_push(&self._expiry, slot, expires_at)
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
@@ -761,24 +455,24 @@ cdef class InMemoryTransport:
         lq_lock(&self._lock)
         try:
             slot = self._current(old)
-            if slot >= 0 and self._x_size == self._x_cap and self._reserve_expiry(self._x_size + 1) != _OK:
+            if slot >= 0 and expiry_make_room(&self._expiry) != _OK:
                 slot = -2  # MemoryError, nothing changed
             if slot >= 0:
                 if now < self._time:
                     now = self._time
                 else:
                     self._time = now
-                g = &self._g[slot]
+                g = &self._groups.at[slot]
                 if g.lock != _FREE:
                     self._unlock(slot)
-                if self._g_rpos[slot] >= 0:
+                if ready_contains(&self._ready, slot):
                     self._unready(slot)
                 g.lock = _LEASED
                 expires_at = now + vis
                 g.expires_at = expires_at
                 self._leased += 1
                 if expires_at != _INF:
-                    self._expiry_push(slot, expires_at)
+                    expiry_push(&self._expiry, slot, expires_at)
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
@@ -803,10 +497,10 @@ cdef class InMemoryTransport:
                 now = self._time
             else:
                 self._time = now
-            if self._x_size and self._x[0].at < now:
+            if expiry_due(&self._expiry, now):
                 self._expire(now)
-            messages = self._messages
-            groups = self._g_used
+            messages = self._messages.used
+            groups = self._groups.used
             leased = self._leased
             parked = self._parked
         finally:
@@ -817,7 +511,7 @@ cdef class InMemoryTransport:
         """Messages held: ready + leased + parked."""
         cdef int64_t n
         lq_lock(&self._lock)
-        n = self._messages
+        n = self._messages.used
         lq_unlock(&self._lock)
         return n
 
@@ -833,8 +527,8 @@ cdef class InMemoryTransport:
     def __repr__(self) -> str:
         cdef int64_t messages, groups
         lq_lock(&self._lock)
-        messages = self._messages
-        groups = self._g_used
+        messages = self._messages.used
+        groups = self._groups.used
         lq_unlock(&self._lock)
         return (
             f"<{type(self).__module__}.{type(self).__qualname__} "
@@ -860,19 +554,23 @@ cdef class InMemoryTransport:
         cdef Group *g
         if lease._owner is not self._owner:
             return -1
-        if slot < 0 or slot >= self._g_cap or self._g[slot].count == 0 or (
-            self._m[self._g[slot].head].seq != lease._cseq
+        if slot < 0 or slot >= self._groups.cap or self._groups.at[slot].count == 0 or (
+            self._messages.at[self._groups.at[slot].head].seq != lease._cseq
         ):
             # Not at the slot it was issued for: acked, or the group moved
             # when the group array was compacted.  Find the group by id (an
             # issued lease's group_id is an exact str: no user code).
-            slot = self._lookup(<str>lease.group_id, lq_str_hash(lease.group_id))
-            if slot < 0 or self._m[self._g[slot].head].seq != lease._cseq:
+            slot = ids_lookup(
+                &self._ids, self._groups.at, <PyObject *>lease.group_id, <uint32_t>lq_str_hash(lease.group_id),
+            )
+            if slot < 0 or self._messages.at[self._groups.at[slot].head].seq != lease._cseq:
                 return -1
-        g = &self._g[slot]
+        g = &self._groups.at[slot]
         if not g.open or g.attempt != lease._cattempt:
             return -1
         return slot
+
+    # -- publishing
 
     cdef int _publish_slow(
         self, str gid, Py_hash_t h, object event, int64_t prio, int32_t found, int64_t *seq_out,
@@ -882,71 +580,35 @@ cdef class InMemoryTransport:
         Every allocation comes first, then the commit, which cannot fail.
         Returns a result code (_OK, _NOMEM, _FULL).
         """
-        cdef int32_t slot, m, lv = -1, node
+        cdef int32_t slot, m, lv = -1
         cdef Group *g
-        cdef Level *level
         cdef int rc
-        if self._m_free < 0:
-            rc = self._grow_messages()
+        if self._messages.free < 0:
+            rc = messages_grow(&self._messages, self._events)
             if rc != _OK:
                 return rc
         if found < 0:
-            if self._g_free < 0:
-                rc = self._grow_groups()
+            if self._groups.free < 0:
+                rc = groups_grow(&self._groups, self._group_ids, &self._ready, &self._expiry)
                 if rc != _OK:
                     return rc
-            lv = self._find_level(prio)
-            if lv < 0:
-                if self._lv_free < 0:
-                    rc = self._grow_levels()
-                    if rc != _OK:
-                        return rc
-                node = self._lv_free
-            else:
-                node = lv
-            rc = self._reserve_ready(node, self._lv[node].groups + 1 if lv >= 0 else 1)
+            rc = ready_reserve_group(&self._ready, prio, &lv)
             if rc != _OK:
                 return rc
-            if <size_t>(self._g_used + 1) * 2 > self._ids_mask:
-                rc = self._grow_ids()
-                if rc != _OK:
-                    return rc
+            rc = ids_reserve(&self._ids, self._groups.used + 1)
+            if rc != _OK:
+                return rc
             # --- commit: nothing below can fail
-            slot = self._g_free
-            self._g_free = self._g[slot].head
-            self._g[slot].gid = <PyObject *>gid
-            self._ids_insert(slot, <uint32_t>h)
-            self._g_used += 1
-            lq_list_swap(self._group_ids, slot, gid)
-            if lv < 0:
-                lv = node
-                self._lv_free = self._lv[node].left
-                level = &self._lv[node]
-                level.priority = prio
-                level.groups = 0
-                level.size = 0
-                level.best = -1
-                level.best_key = INT64_MAX
-                level.left = -1
-                level.right = -1
-                level.weight = self._next_weight()
-                self._root = self._treap_insert(self._root, node)
-            self._lv[lv].groups += 1
+            slot = groups_add(&self._groups, self._group_ids, &self._ids, gid, <uint32_t>h)
+            lv = ready_add_group(&self._ready, prio, lv)
         else:
             slot = found
-        m = self._m_free
-        self._m_free = self._m[m].next
         self._seq += 1
         seq_out[0] = self._seq
-        self._m[m].seq = self._seq
-        self._m[m].next = -1
-        lq_list_swap(self._events, m, event)
-        self._messages += 1
-        g = &self._g[slot]
+        m = message_add(&self._messages, self._events, self._seq, event)
+        g = &self._groups.at[slot]
         if found >= 0:
-            self._m[g.tail].next = m
-            g.tail = m
-            g.count += 1
+            group_append(&self._messages, g, m)
         else:
             g.key = self._seq - _NEVER_CLAIMED
             g.attempt = 0
@@ -958,667 +620,52 @@ cdef class InMemoryTransport:
             g.level = lv
             g.lock = _FREE
             g.open = 0
-            self._g_rpos[slot] = -1
-            self._g_xpos[slot] = -1
+            self._ready.pos[slot] = -1
+            self._expiry.pos[slot] = -1
             self._make_ready(slot)
         return _OK
 
-    cdef int _grow_messages(self) except -1:
-        cdef int64_t new_cap = <int64_t>self._m_cap + self._m_cap // 4 + 64
-        cdef int32_t i
-        cdef void *p
-        if self._m_cap >= INT32_MAX - 1:
-            return _FULL
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        while len(self._events) < new_cap:
-            PyList_Append(self._events, None)
-        p = PyMem_Realloc(self._m, <size_t>new_cap * sizeof(Message))
-        if p == NULL:
-            return _NOMEM
-        self._m = <Message *>p
-        for i in range(<int32_t>new_cap - 1, self._m_cap - 1, -1):
-            self._m[i].next = self._m_free
-            self._m_free = i
-        self._m_cap = <int32_t>new_cap
-        return _OK
+    # -- ready heaps and the level treap (_inmemory_ready.pxi)
 
-    cdef int _grow_groups(self) except -1:
-        cdef int64_t new_cap = <int64_t>self._g_cap + self._g_cap // 4 + 16
-        cdef int32_t i
-        cdef void *p
-        if self._g_cap >= INT32_MAX - 1:
-            return _FULL
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        while len(self._group_ids) < new_cap:
-            PyList_Append(self._group_ids, None)
-        p = PyMem_Realloc(self._g, <size_t>new_cap * sizeof(Group))
-        if p == NULL:
-            return _NOMEM
-        self._g = <Group *>p
-        p = PyMem_Realloc(self._g_rpos, <size_t>new_cap * sizeof(int32_t))
-        if p == NULL:
-            return _NOMEM
-        self._g_rpos = <int32_t *>p
-        p = PyMem_Realloc(self._g_xpos, <size_t>new_cap * sizeof(int32_t))
-        if p == NULL:
-            return _NOMEM
-        self._g_xpos = <int32_t *>p
-        for i in range(<int32_t>new_cap - 1, self._g_cap - 1, -1):
-            self._g[i].count = 0
-            self._g[i].head = self._g_free
-            self._g_rpos[i] = -1
-            self._g_xpos[i] = -1
-            self._g_free = i
-        self._g_cap = <int32_t>new_cap
-        return _OK
+    cdef inline void _make_ready(self, int32_t slot) noexcept:
+        """Put a free group in its level's heap under its round-robin key."""
+        cdef Group *g = &self._groups.at[slot]
+        ready_push(&self._ready, slot, g.level, g.key)
 
-    cdef int _grow_levels(self) noexcept:
-        cdef int64_t new_cap = <int64_t>self._lv_cap * 2 + 4
-        cdef int32_t i
-        cdef void *p
-        if new_cap > INT32_MAX - 1:
-            if self._lv_cap >= INT32_MAX - 1:
-                return _FULL
-            new_cap = INT32_MAX - 1
-        p = PyMem_Realloc(self._lv, <size_t>new_cap * sizeof(Level))
-        if p == NULL:
-            return _NOMEM
-        self._lv = <Level *>p
-        for i in range(<int32_t>new_cap - 1, self._lv_cap - 1, -1):
-            self._lv[i].heap = NULL
-            self._lv[i].size = 0
-            self._lv[i].cap = 0
-            self._lv[i].groups = 0
-            self._lv[i].left = self._lv_free
-            self._lv_free = i
-        self._lv_cap = <int32_t>new_cap
-        return _OK
+    cdef inline void _unready(self, int32_t slot) noexcept:
+        """Take a ready group out of its level's heap."""
+        ready_remove(&self._ready, slot, self._groups.at[slot].level)
 
-    cdef int _reserve_ready(self, int32_t lv, int64_t need) noexcept:
-        cdef Level *level = &self._lv[lv]
-        cdef int64_t new_cap
-        cdef void *p
-        if need <= level.cap:
-            return _OK
-        new_cap = need + need // 4 + 4
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        p = PyMem_Realloc(level.heap, <size_t>new_cap * sizeof(ReadyEntry))
-        if p == NULL:
-            return _NOMEM
-        level.heap = <ReadyEntry *>p
-        level.cap = <int32_t>new_cap
-        return _OK
-
-    cdef int _reserve_expiry(self, int64_t need) noexcept:
-        cdef int64_t new_cap
-        cdef void *p
-        if need <= self._x_cap:
-            return _OK
-        new_cap = need + need // 4 + 4
-        if new_cap > INT32_MAX - 1:
-            new_cap = INT32_MAX - 1
-        p = PyMem_Realloc(self._x, <size_t>new_cap * sizeof(ExpiryEntry))
-        if p == NULL:
-            return _NOMEM
-        self._x = <ExpiryEntry *>p
-        self._x_cap = <int32_t>new_cap
-        return _OK
-
-    cdef object _forget(self, int32_t slot):
-        """Drop an emptied group; returns its id (released after unlock)."""
-        cdef Group *g = &self._g[slot]
-        cdef int32_t lv = g.level
-        cdef object gid
-        if self._g_rpos[slot] >= 0:
-            self._unready(slot)
-        self._ids_delete(slot)
-        gid = lq_list_swap(self._group_ids, slot, None)
-        g.head = self._g_free
-        self._g_free = slot
-        self._g_used -= 1
-        self._lv[lv].groups -= 1
-        if self._lv[lv].groups == 0:
-            self._root = self._treap_delete(self._root, self._lv[lv].priority)
-            PyMem_Free(self._lv[lv].heap)
-            self._lv[lv].heap = NULL
-            self._lv[lv].cap = 0
-            self._lv[lv].size = 0
-            self._lv[lv].left = self._lv_free
-            self._lv_free = lv
-        elif self._lv[lv].cap > _MIN_HEAP_CAP and self._lv[lv].groups * 4 < self._lv[lv].cap:
-            self._shrink_ready(lv)
-        if self._g_cap > _MIN_GROUP_CAP and self._g_used * 4 < self._g_cap:
-            self._compact_groups()
-        return gid
-
-    # -- giving memory back (best effort: a failed allocation skips it)
-
-    cdef void _shrink_ready(self, int32_t lv) noexcept:
-        cdef Level *level = &self._lv[lv]
-        cdef int64_t new_cap = level.groups * 2
-        cdef void *p
-        if new_cap < _MIN_HEAP_CAP:
-            new_cap = _MIN_HEAP_CAP
-        p = PyMem_Realloc(level.heap, <size_t>new_cap * sizeof(ReadyEntry))
-        if p != NULL:
-            level.heap = <ReadyEntry *>p
-            level.cap = <int32_t>new_cap
-
-    cdef void _compact_messages(self) noexcept:
-        """Renumber live messages 0..n-1 (group by group) into smaller arrays."""
-        cdef int64_t live = self._messages
-        cdef int64_t new_cap = live * 2
-        cdef Message *msgs
-        cdef PyObject **moved
-        cdef int32_t s, m, following, k = 0, i
-        cdef Group *g
-        if new_cap < _MIN_MESSAGE_CAP:
-            new_cap = _MIN_MESSAGE_CAP
-        if new_cap >= self._m_cap:
-            return
-        msgs = <Message *>PyMem_Malloc(<size_t>new_cap * sizeof(Message))
-        moved = <PyObject **>PyMem_Malloc(<size_t>(live + 1) * sizeof(PyObject *))
-        if msgs == NULL or moved == NULL:
-            PyMem_Free(msgs)
-            PyMem_Free(moved)
-            return
-        for s in range(self._g_cap):
-            g = &self._g[s]
-            if g.count == 0:
-                continue
-            m = g.head
-            g.head = k
-            while m >= 0:
-                msgs[k].seq = self._m[m].seq
-                moved[k] = lq_list_take(self._events, m)
-                following = self._m[m].next
-                if following >= 0:
-                    msgs[k].next = k + 1
-                else:
-                    msgs[k].next = -1
-                    g.tail = k
-                k += 1
-                m = following
-        for i in range(k):
-            lq_list_put(self._events, i, moved[i])
-        PyMem_Free(moved)
-        self._m_free = -1
-        for i in range(<int32_t>new_cap - 1, k - 1, -1):
-            msgs[i].next = self._m_free
-            self._m_free = i
-        PyMem_Free(self._m)
-        self._m = msgs
-        self._m_cap = <int32_t>new_cap
-        lq_list_truncate(self._events, new_cap)
-
-    cdef void _compact_groups(self) noexcept:
-        """Renumber live groups 0..n-1 into smaller arrays and a new id table.
-
-        Leases keep the slot they were issued with; ``_current`` finds a
-        moved group again by its id.
-        """
-        cdef int64_t live = self._g_used
-        cdef int64_t new_cap = live * 2
-        cdef size_t ids_size = 16, i, old_size
-        cdef IdEntry *old_ids
-        cdef Group *groups
-        cdef int32_t *rpos
-        cdef int32_t *xpos
-        cdef int32_t *remap
-        cdef IdEntry *ids
-        cdef int32_t s, k = 0, j, lv
-        cdef Level *level
-        if new_cap < _MIN_GROUP_CAP:
-            new_cap = _MIN_GROUP_CAP
-        if new_cap >= self._g_cap:
-            return
-        while ids_size < <size_t>(live + 1) * 2 + 1:
-            ids_size *= 2
-        groups = <Group *>PyMem_Malloc(<size_t>new_cap * sizeof(Group))
-        rpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
-        xpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
-        remap = <int32_t *>PyMem_Malloc(<size_t>self._g_cap * sizeof(int32_t))
-        ids = <IdEntry *>PyMem_Malloc(ids_size * sizeof(IdEntry))
-        if groups == NULL or rpos == NULL or xpos == NULL or remap == NULL or ids == NULL:
-            PyMem_Free(groups)
-            PyMem_Free(rpos)
-            PyMem_Free(xpos)
-            PyMem_Free(remap)
-            PyMem_Free(ids)
-            return
-        for s in range(self._g_cap):
-            if self._g[s].count == 0:
-                remap[s] = -1
-                continue
-            remap[s] = k
-            groups[k] = self._g[s]
-            rpos[k] = self._g_rpos[s]
-            xpos[k] = self._g_xpos[s]
-            if k != s:  # k < s: position k already gave its id away (or had none)
-                lq_list_put(self._group_ids, k, lq_list_take(self._group_ids, s))
-            k += 1
-        self._g_free = -1
-        for j in range(<int32_t>new_cap - 1, k - 1, -1):
-            groups[j].count = 0
-            groups[j].head = self._g_free
-            rpos[j] = -1
-            xpos[j] = -1
-            self._g_free = j
-        for lv in range(self._lv_cap):
-            level = &self._lv[lv]
-            for j in range(level.size):
-                level.heap[j].group = remap[level.heap[j].group]
-        for j in range(self._x_size):
-            self._x[j].group = remap[self._x[j].group]
-        for i in range(ids_size):
-            ids[i].group = -1
-        old_ids = self._ids
-        old_size = self._ids_mask + 1
-        self._ids = ids
-        self._ids_mask = ids_size - 1
-        for i in range(old_size):
-            if old_ids[i].group >= 0:
-                self._ids_insert(remap[old_ids[i].group], old_ids[i].hash)
-        PyMem_Free(old_ids)
-        PyMem_Free(remap)
-        PyMem_Free(self._g)
-        PyMem_Free(self._g_rpos)
-        PyMem_Free(self._g_xpos)
-        self._g = groups
-        self._g_rpos = rpos
-        self._g_xpos = xpos
-        self._g_cap = <int32_t>new_cap
-        lq_list_truncate(self._group_ids, new_cap)
-
-    # -- the group id table
-
-    cdef inline int32_t _lookup(self, str gid, Py_hash_t h) noexcept:
-        """The slot of group ``gid`` (hash ``h``), or -1."""
-        cdef size_t mask = self._ids_mask, i
-        cdef uint32_t h32 = <uint32_t>h
-        cdef IdEntry *ids = self._ids
-        cdef int32_t s
-        if ids == NULL:
-            return -1
-        i = h32 & mask
-        while True:
-            s = ids[i].group
-            if s < 0:
-                return -1
-            if ids[i].hash == h32 and lq_str_eq(<PyObject *>gid, self._g[s].gid):
-                return s
-            i = (i + 1) & mask
-
-    cdef inline void _ids_insert(self, int32_t slot, uint32_t h32) noexcept:
-        """Enter a group known to be absent (the table has room)."""
-        cdef size_t mask = self._ids_mask
-        cdef size_t i = h32 & mask
-        while self._ids[i].group >= 0:
-            i = (i + 1) & mask
-        self._ids[i].group = slot
-        self._ids[i].hash = h32
-
-    cdef void _ids_delete(self, int32_t slot) noexcept:
-        """Remove a group; later entries of its probe run shift back."""
-        cdef size_t mask = self._ids_mask
-        # The id's hash is cached on the str: no user code, cannot fail.
-        cdef uint32_t h32 = <uint32_t>lq_str_hash(<object>self._g[slot].gid)
-        cdef size_t i = h32 & mask, j, home
-        cdef IdEntry *ids = self._ids
-        while ids[i].group != slot:
-            i = (i + 1) & mask
-        j = i
-        while True:
-            j = (j + 1) & mask
-            if ids[j].group < 0:
-                break
-            home = ids[j].hash & mask
-            # Move entry j into the hole at i unless its home lies in (i, j].
-            if ((j - home) & mask) >= ((j - i) & mask):
-                ids[i] = ids[j]
-                i = j
-        ids[i].group = -1
-
-    cdef int _grow_ids(self) noexcept:
-        """Double the id table (rehashing every group into it)."""
-        cdef size_t old_size = self._ids_mask + 1 if self._ids != NULL else 0
-        cdef size_t size = old_size * 2 if old_size else 16
-        cdef size_t i
-        cdef IdEntry *old = self._ids
-        cdef IdEntry *table
-        if size > (<size_t>1) << 32:
-            return _FULL
-        table = <IdEntry *>PyMem_Malloc(size * sizeof(IdEntry))
-        if table == NULL:
-            return _NOMEM
-        for i in range(size):
-            table[i].group = -1
-        self._ids = table
-        self._ids_mask = size - 1
-        for i in range(old_size):
-            if old[i].group >= 0:
-                self._ids_insert(old[i].group, old[i].hash)
-        PyMem_Free(old)
-        return _OK
+    # -- lock state and the expiry heap (_inmemory_expiry.pxi)
 
     cdef inline void _unlock(self, int32_t slot) noexcept:
         """Release the group's lock and drop its expiry entry."""
-        cdef Group *g = &self._g[slot]
-        cdef int32_t pos
+        cdef Group *g = &self._groups.at[slot]
         if g.lock == _LEASED:
             self._leased -= 1
         elif g.lock == _PARKED:
             self._parked -= 1
         g.lock = _FREE
-        pos = self._g_xpos[slot]
-        if pos >= 0:
-            self._expiry_remove(pos)
+        expiry_remove(&self._expiry, slot)
 
     cdef void _expire(self, double now) noexcept:
         """Free every lock with ``expires_at < now``; their groups become ready."""
         cdef int32_t slot
-        while self._x_size and self._x[0].at < now:
-            slot = self._x[0].group
+        while expiry_due(&self._expiry, now):
+            slot = expiry_top(&self._expiry)
             self._unlock(slot)  # the delivery (open) stays current
             self._make_ready(slot)
 
-    # -- ready heaps (one per level) and the treap of levels
+    # -- storage (_inmemory_storage.pxi)
+    #
+    # Methods rather than calls of the storage functions in place: gcc
+    # inlines a static function called once, and these rarely run ones
+    # inlined into ``ack`` cost it ~20 instructions on every call.
 
-    cdef void _make_ready(self, int32_t slot) noexcept:
-        """Put a free group in its level's heap under its round-robin key."""
-        cdef Group *g = &self._g[slot]
-        cdef int32_t lv = g.level
-        cdef Level *level = &self._lv[lv]
-        cdef int64_t key = g.key
-        cdef int32_t pos = level.size
-        cdef int32_t node
-        cdef int64_t prio
-        level.size += 1
-        pos = self._ready_sift_up(level.heap, pos, key, slot)
-        if pos == 0:
-            # A new minimum for this level: lower ``best`` on the path to it.
-            prio = level.priority
-            node = self._root
-            while True:
-                if self._lv[node].best < 0 or key < self._lv[node].best_key:
-                    self._lv[node].best = lv
-                    self._lv[node].best_key = key
-                if self._lv[node].priority == prio:
-                    break
-                if prio < self._lv[node].priority:
-                    node = self._lv[node].left
-                else:
-                    node = self._lv[node].right
+    cdef object _forget(self, int32_t slot):
+        """Drop an emptied group; returns its id (released after unlock)."""
+        return groups_forget(&self._groups, self._group_ids, &self._ids, &self._ready, &self._expiry, slot)
 
-    cdef void _unready(self, int32_t slot) noexcept:
-        """Take a ready group out of its level's heap."""
-        cdef int32_t lv = self._g[slot].level
-        cdef int32_t pos = self._g_rpos[slot]
-        self._ready_remove(lv, pos)
-        if pos == 0:
-            self._repair(self._root, self._lv[lv].priority)
-
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    cdef inline int32_t _ready_sift_up(
-        self, ReadyEntry *heap, int32_t pos, int64_t key, int32_t slot,
-    ) noexcept:
-        """Place (key, slot) in the hole at ``pos`` moving it up; its final position."""
-        cdef int32_t parent
-        cdef int32_t *rpos = self._g_rpos
-        while pos > 0:
-            parent = (pos - 1) >> 2
-            if heap[parent].key <= key:
-                break
-            heap[pos] = heap[parent]
-            rpos[heap[pos].group] = pos
-            pos = parent
-        heap[pos].key = key
-        heap[pos].group = slot
-        rpos[slot] = pos
-        return pos
-
-    cdef void _ready_remove(self, int32_t lv, int32_t pos) noexcept:
-        """Remove the entry at ``pos`` of level ``lv``'s heap."""
-        cdef Level *level = &self._lv[lv]
-        cdef ReadyEntry *heap = level.heap
-        cdef int32_t *rpos = self._g_rpos
-        cdef int32_t n, child, c, a, b, end
-        cdef int64_t ckey
-        cdef ReadyEntry last
-        rpos[heap[pos].group] = -1
-        level.size -= 1
-        end = level.size
-        if pos == end:
-            return
-        last = heap[end]
-        if pos > 0 and heap[(pos - 1) >> 2].key > last.key:
-            self._ready_sift_up(heap, pos, last.key, last.group)
-            return
-        # Sift the hole down to a leaf along the smallest children, then up
-        # (heapq's strategy: ``last`` is usually large and belongs low).
-        # A 4-ary heap: half the depth of a binary one, and a node's four
-        # children share one or two cache lines.
-        n = pos
-        child = 4 * n + 1
-        while child < end:
-            if child + 3 < end:
-                # All four children: a branch-free tournament (the outcomes
-                # are coin flips, so branches would mispredict half the time).
-                a = child + <int32_t>(heap[child + 1].key < heap[child].key)
-                b = child + 2 + <int32_t>(heap[child + 3].key < heap[child + 2].key)
-                child = b if heap[b].key < heap[a].key else a
-            else:
-                ckey = heap[child].key
-                c = child + 1
-                while c < end:
-                    if heap[c].key < ckey:
-                        child = c
-                        ckey = heap[c].key
-                    c += 1
-            heap[n] = heap[child]
-            rpos[heap[n].group] = n
-            n = child
-            child = 4 * n + 1
-        self._ready_sift_up_bounded(heap, n, pos, last.key, last.group)
-
-    cdef inline void _ready_sift_up_bounded(
-        self, ReadyEntry *heap, int32_t pos, int32_t top, int64_t key, int32_t slot,
-    ) noexcept:
-        cdef int32_t parent
-        cdef int32_t *rpos = self._g_rpos
-        while pos > top:
-            parent = (pos - 1) >> 2
-            if heap[parent].key <= key:
-                break
-            heap[pos] = heap[parent]
-            rpos[heap[pos].group] = pos
-            pos = parent
-        heap[pos].key = key
-        heap[pos].group = slot
-        rpos[slot] = pos
-
-    cdef inline void _pull(self, int32_t n) noexcept:
-        """Recompute ``best`` of node ``n`` from its heap top and its children."""
-        cdef Level *lv = self._lv
-        cdef Level *node = &lv[n]
-        cdef int32_t best = -1, c
-        cdef int64_t key = INT64_MAX
-        if node.size:
-            best = n
-            key = node.heap[0].key
-        c = node.left
-        if c >= 0 and lv[c].best >= 0 and (best < 0 or lv[c].best_key < key):
-            best = lv[c].best
-            key = lv[c].best_key
-        c = node.right
-        if c >= 0 and lv[c].best >= 0 and (best < 0 or lv[c].best_key < key):
-            best = lv[c].best
-            key = lv[c].best_key
-        node.best = best
-        node.best_key = key
-
-    cdef void _repair(self, int32_t node, int64_t prio) noexcept:
-        """Recompute ``best`` on the path from ``node`` down to level ``prio``."""
-        cdef Level *n = &self._lv[node]
-        if n.priority != prio:
-            self._repair(n.left if prio < n.priority else n.right, prio)
-        self._pull(node)
-
-    cdef int32_t _find(self, int64_t minp) noexcept:
-        """The level holding the smallest ready key among priorities >= minp."""
-        cdef Level *lv = self._lv
-        cdef int32_t node = self._root, best = -1, r
-        cdef int64_t key = INT64_MAX
-        while node >= 0:
-            if lv[node].priority >= minp:
-                if lv[node].size and (best < 0 or lv[node].heap[0].key < key):
-                    best = node
-                    key = lv[node].heap[0].key
-                r = lv[node].right
-                if r >= 0 and lv[r].best >= 0 and (best < 0 or lv[r].best_key < key):
-                    best = lv[r].best
-                    key = lv[r].best_key
-                node = lv[node].left
-            else:
-                node = lv[node].right
-        return best
-
-    cdef int32_t _find_level(self, int64_t prio) noexcept:
-        cdef int32_t node = self._root
-        while node >= 0:
-            if self._lv[node].priority == prio:
-                return node
-            node = self._lv[node].left if prio < self._lv[node].priority else self._lv[node].right
-        return -1
-
-    cdef inline uint32_t _next_weight(self) noexcept:
-        # xorshift32: the treap only needs weights that look random.
-        cdef uint32_t x = self._rng
-        x ^= x << 13
-        x ^= x >> 17
-        x ^= x << 5
-        self._rng = x
-        return x
-
-    cdef void _split(self, int32_t node, int64_t prio, int32_t *low, int32_t *high) noexcept:
-        """Split a treap into (< prio, > prio); ``prio`` is absent."""
-        cdef int32_t a, b
-        if node < 0:
-            low[0] = -1
-            high[0] = -1
-            return
-        if self._lv[node].priority < prio:
-            self._split(self._lv[node].right, prio, &a, &b)
-            self._lv[node].right = a
-            self._pull(node)
-            low[0] = node
-            high[0] = b
-        else:
-            self._split(self._lv[node].left, prio, &a, &b)
-            self._lv[node].left = b
-            self._pull(node)
-            low[0] = a
-            high[0] = node
-
-    cdef int32_t _merge(self, int32_t low, int32_t high) noexcept:
-        """Merge two treaps where every priority of ``low`` < every one of ``high``."""
-        if low < 0:
-            return high
-        if high < 0:
-            return low
-        if self._lv[low].weight > self._lv[high].weight:
-            self._lv[low].right = self._merge(self._lv[low].right, high)
-            self._pull(low)
-            return low
-        self._lv[high].left = self._merge(low, self._lv[high].left)
-        self._pull(high)
-        return high
-
-    cdef int32_t _treap_insert(self, int32_t node, int32_t new) noexcept:
-        cdef int32_t a, b
-        if node < 0:
-            self._pull(new)
-            return new
-        if self._lv[new].weight > self._lv[node].weight:
-            self._split(node, self._lv[new].priority, &a, &b)
-            self._lv[new].left = a
-            self._lv[new].right = b
-            self._pull(new)
-            return new
-        if self._lv[new].priority < self._lv[node].priority:
-            self._lv[node].left = self._treap_insert(self._lv[node].left, new)
-        else:
-            self._lv[node].right = self._treap_insert(self._lv[node].right, new)
-        self._pull(node)
-        return node
-
-    cdef int32_t _treap_delete(self, int32_t node, int64_t prio) noexcept:
-        if self._lv[node].priority == prio:
-            return self._merge(self._lv[node].left, self._lv[node].right)
-        if prio < self._lv[node].priority:
-            self._lv[node].left = self._treap_delete(self._lv[node].left, prio)
-        else:
-            self._lv[node].right = self._treap_delete(self._lv[node].right, prio)
-        self._pull(node)
-        return node
-
-    # -- the expiry heap
-
-    cdef void _expiry_push(self, int32_t slot, double at) noexcept:
-        cdef int32_t pos = self._x_size
-        self._x_size += 1
-        self._expiry_sift_up(pos, at, slot)
-
-    cdef inline void _expiry_sift_up(self, int32_t pos, double at, int32_t slot) noexcept:
-        cdef ExpiryEntry *heap = self._x
-        cdef int32_t *xpos = self._g_xpos
-        cdef int32_t parent
-        while pos > 0:
-            parent = (pos - 1) >> 1
-            if heap[parent].at <= at:
-                break
-            heap[pos] = heap[parent]
-            xpos[heap[pos].group] = pos
-            pos = parent
-        heap[pos].at = at
-        heap[pos].group = slot
-        xpos[slot] = pos
-
-    cdef void _expiry_remove(self, int32_t pos) noexcept:
-        cdef ExpiryEntry *heap = self._x
-        cdef int32_t *xpos = self._g_xpos
-        cdef int32_t n, child, end
-        cdef ExpiryEntry last
-        cdef void *p
-        xpos[heap[pos].group] = -1
-        self._x_size -= 1
-        end = self._x_size
-        if self._x_cap > _MIN_HEAP_CAP * 4 and end * 4 < self._x_cap:
-            # Give memory back; the entries stay in [0, end].
-            p = PyMem_Realloc(self._x, <size_t>(end * 2 + 1) * sizeof(ExpiryEntry))
-            if p != NULL:
-                self._x = heap = <ExpiryEntry *>p
-                self._x_cap = end * 2 + 1
-        if pos == end:
-            return
-        last = heap[end]
-        if pos > 0 and heap[(pos - 1) >> 1].at > last.at:
-            self._expiry_sift_up(pos, last.at, last.group)
-            return
-        n = pos
-        child = 2 * n + 1
-        while child < end:
-            if child + 1 < end and heap[child + 1].at < heap[child].at:
-                child += 1
-            if heap[child].at >= last.at:
-                break
-            heap[n] = heap[child]
-            xpos[heap[n].group] = n
-            n = child
-            child = 2 * n + 1
-        heap[n] = last
-        xpos[last.group] = n
+    cdef void _compact_messages(self) noexcept:
+        """Renumber live messages into smaller arrays (``messages_compact``)."""
+        messages_compact(&self._messages, self._events, &self._groups)

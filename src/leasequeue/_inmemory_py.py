@@ -24,6 +24,14 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   made stale by ack/nack/extend are skipped, and the heap is compacted when
   stale entries outnumber live ones, so memory stays O(G).
 
+The sections below come in the order of the Cython twin's files, under the
+same names, so the two can be read side by side: Lease
+(``_inmemory_lease.pxi``), validation (``_inmemory_validation.pxi``), the
+group-id table (``_inmemory_ids.pxi``), the ready heaps and the level treap
+(``_inmemory_ready.pxi``), the expiry heap (``_inmemory_expiry.pxi``),
+message/group storage (``_inmemory_storage.pxi``), then the transport, whose
+internal methods follow the same order.
+
 Thread safety: one ``threading.Lock``.  No user code runs under it: the clock
 is read before taking it, ``str`` subclasses are converted to ``str`` before
 it, leases and exceptions are built after releasing it, and the transport's
@@ -67,6 +75,9 @@ _INF = math.inf
 
 
 _osetattr = object.__setattr__
+
+
+# --------------------------------------------------------------------- Lease
 
 
 class Lease:
@@ -184,7 +195,17 @@ def _issue(
     return lease  # type: ignore[return-value]
 
 
+def _lost_message(lease: Lease) -> str:
+    return (
+        f"lease of message {lease.seq} in group {lease.group_id!r} (attempt {lease.attempt}) "
+        "is not current: it was acked, nacked, re-delivered, or issued by another transport"
+    )
+
+
 # ---------------------------------------------------------------- validation
+#
+# The argument checks are ``_validation.py``'s, shared with the other
+# backends (the Cython twin's are ``_inmemory_validation.pxi``).
 
 
 def _check_lease(lease: Any) -> Lease:
@@ -195,8 +216,122 @@ def _check_lease(lease: Any) -> Lease:
     return lease
 
 
+# ------------------------------------------------------------ group-id table
+#
+# Group id -> group: the transport's dict ``_groups`` (the Cython twin's
+# ``IdTable`` in ``_inmemory_ids.pxi``, an open-addressing table of slots).
 
-# ---------------------------------------------------------------- structures
+
+# ------------------------------------------- ready heaps and the level treap
+#
+# The Cython twin's ``ReadySet`` (``_inmemory_ready.pxi``).  Here a level's
+# heap is lazy: a group leaving it only goes stale (``_Group.ready_key``),
+# and stale entries are skipped or compacted away.
+
+
+class _Level:
+    """A treap node: one distinct priority with the heap of its ready groups.
+
+    ``best`` is the smallest heap entry ``(key, group)`` of the subtree, or
+    None when no group of the subtree is ready.
+    """
+
+    __slots__ = ("priority", "weight", "left", "right", "heap", "best", "groups", "stale")
+
+    def __init__(self, priority: int, weight: float) -> None:
+        self.priority = priority
+        self.weight = weight
+        self.left: Optional[_Level] = None
+        self.right: Optional[_Level] = None
+        self.heap: List[Tuple[int, _Group]] = []
+        self.best: Optional[Tuple[int, _Group]] = None
+        self.groups = 0  # groups of this priority (any state)
+        self.stale = 0  # about how many heap entries are stale (for compaction)
+
+
+def _treap_pull(node: _Level) -> None:
+    """Recompute ``node.best`` from its own heap top and its children."""
+    heap = node.heap
+    best = heap[0] if heap else None
+    child = node.left
+    if child is not None and child.best is not None and (best is None or child.best[0] < best[0]):
+        best = child.best
+    child = node.right
+    if child is not None and child.best is not None and (best is None or child.best[0] < best[0]):
+        best = child.best
+    node.best = best
+
+
+def _treap_split(node: Optional[_Level], priority: int) -> Tuple[Optional[_Level], Optional[_Level]]:
+    """Split a treap into (< priority, > priority); ``priority`` is absent."""
+    if node is None:
+        return None, None
+    if node.priority < priority:
+        low, high = _treap_split(node.right, priority)
+        node.right = low
+        _treap_pull(node)
+        return node, high
+    low, high = _treap_split(node.left, priority)
+    node.left = high
+    _treap_pull(node)
+    return low, node
+
+
+def _treap_merge(low: Optional[_Level], high: Optional[_Level]) -> Optional[_Level]:
+    """Merge two treaps where every priority of ``low`` < every one of ``high``."""
+    if low is None:
+        return high
+    if high is None:
+        return low
+    if low.weight > high.weight:
+        low.right = _treap_merge(low.right, high)
+        _treap_pull(low)
+        return low
+    high.left = _treap_merge(low, high.left)
+    _treap_pull(high)
+    return high
+
+
+def _treap_insert(node: Optional[_Level], new: _Level) -> _Level:
+    if node is None:
+        return new
+    if new.weight > node.weight:
+        new.left, new.right = _treap_split(node, new.priority)
+        _treap_pull(new)
+        return new
+    if new.priority < node.priority:
+        node.left = _treap_insert(node.left, new)
+    else:
+        node.right = _treap_insert(node.right, new)
+    _treap_pull(node)
+    return node
+
+
+def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
+    assert node is not None
+    if node.priority == priority:
+        return _treap_merge(node.left, node.right)
+    if priority < node.priority:
+        node.left = _treap_delete(node.left, priority)
+    else:
+        node.right = _treap_delete(node.right, priority)
+    _treap_pull(node)
+    return node
+
+
+# --------------------------------------------------------------- expiry heap
+#
+# The transport's ``_expiry``: a lazy heapq list of (expires_at, tick, group);
+# an entry is live while its tick is its group's ``tick``
+# (``InMemoryTransport._lock_group``, ``_unlock``, ``_expire``).  The Cython
+# twin's ``ExpiryHeap`` (``_inmemory_expiry.pxi``) is indexed instead.
+
+
+# ----------------------------------------------------- message/group storage
+#
+# One ``_Group`` per group, its messages in a list on it; the Cython twin's
+# ``GroupStore``/``MessageStore`` (``_inmemory_storage.pxi``) hold records
+# in C arrays by slot.
 
 
 class _Group:
@@ -232,96 +367,6 @@ class _Group:
         self.worker_id: Optional[str] = None
         self.expires_at = 0.0
         self.tick = 0
-
-
-class _Level:
-    """A treap node: one distinct priority with the heap of its ready groups.
-
-    ``best`` is the smallest heap entry ``(key, group)`` of the subtree, or
-    None when no group of the subtree is ready.
-    """
-
-    __slots__ = ("priority", "weight", "left", "right", "heap", "best", "groups", "stale")
-
-    def __init__(self, priority: int, weight: float) -> None:
-        self.priority = priority
-        self.weight = weight
-        self.left: Optional[_Level] = None
-        self.right: Optional[_Level] = None
-        self.heap: List[Tuple[int, _Group]] = []
-        self.best: Optional[Tuple[int, _Group]] = None
-        self.groups = 0  # groups of this priority (any state)
-        self.stale = 0  # about how many heap entries are stale (for compaction)
-
-
-def _pull(node: _Level) -> None:
-    """Recompute ``node.best`` from its own heap top and its children."""
-    heap = node.heap
-    best = heap[0] if heap else None
-    child = node.left
-    if child is not None and child.best is not None and (best is None or child.best[0] < best[0]):
-        best = child.best
-    child = node.right
-    if child is not None and child.best is not None and (best is None or child.best[0] < best[0]):
-        best = child.best
-    node.best = best
-
-
-def _split(node: Optional[_Level], priority: int) -> Tuple[Optional[_Level], Optional[_Level]]:
-    """Split a treap into (< priority, > priority); ``priority`` is absent."""
-    if node is None:
-        return None, None
-    if node.priority < priority:
-        low, high = _split(node.right, priority)
-        node.right = low
-        _pull(node)
-        return node, high
-    low, high = _split(node.left, priority)
-    node.left = high
-    _pull(node)
-    return low, node
-
-
-def _merge(low: Optional[_Level], high: Optional[_Level]) -> Optional[_Level]:
-    """Merge two treaps where every priority of ``low`` < every one of ``high``."""
-    if low is None:
-        return high
-    if high is None:
-        return low
-    if low.weight > high.weight:
-        low.right = _merge(low.right, high)
-        _pull(low)
-        return low
-    high.left = _merge(low, high.left)
-    _pull(high)
-    return high
-
-
-def _insert(node: Optional[_Level], new: _Level) -> _Level:
-    if node is None:
-        return new
-    if new.weight > node.weight:
-        new.left, new.right = _split(node, new.priority)
-        _pull(new)
-        return new
-    if new.priority < node.priority:
-        node.left = _insert(node.left, new)
-    else:
-        node.right = _insert(node.right, new)
-    _pull(node)
-    return node
-
-
-def _delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
-    assert node is not None
-    if node.priority == priority:
-        return _merge(node.left, node.right)
-    if priority < node.priority:
-        node.left = _delete(node.left, priority)
-    else:
-        node.right = _delete(node.right, priority)
-    _pull(node)
-    return node
 
 
 # ---------------------------------------------------------------- transport
@@ -647,6 +692,22 @@ class InMemoryTransport:
     # ------------------------------------------------------------ internals
     # Everything below runs with self._lock held.
 
+    def _current(self, lease: Lease) -> Optional[_Group]:
+        """The lease's group if the lease is current, else None."""
+        if lease._owner is not self._owner:
+            return None
+        group = self._groups.get(lease.group_id)
+        if (
+            group is None
+            or not group.open
+            or group.attempt != lease.attempt
+            or group.messages[group.head][0] != lease.seq  # type: ignore[index]
+        ):
+            return None
+        return group
+
+    # -- publishing
+
     def _add(self, seq: int, group_id: str, event: Any, priority: int) -> None:
         """Append message ``seq`` to its group, creating the group if needed.
 
@@ -662,7 +723,7 @@ class InMemoryTransport:
         if level is None:
             level = _Level(priority, self._rng.random())
             self._levels[priority] = level
-            self._root = _insert(self._root, level)
+            self._root = _treap_insert(self._root, level)
         try:
             group = _Group(group_id, level, seq, event)
             self._groups[group_id] = group
@@ -674,7 +735,7 @@ class InMemoryTransport:
         except BaseException:
             if level.groups == 0:  # made for this group alone
                 del self._levels[priority]
-                self._root = _delete(self._root, priority)
+                self._root = _treap_delete(self._root, priority)
             raise
         level.groups += 1
         self._messages += 1
@@ -688,19 +749,7 @@ class InMemoryTransport:
         finally:
             self._busy = False
 
-    def _current(self, lease: Lease) -> Optional[_Group]:
-        """The lease's group if the lease is current, else None."""
-        if lease._owner is not self._owner:
-            return None
-        group = self._groups.get(lease.group_id)
-        if (
-            group is None
-            or not group.open
-            or group.attempt != lease.attempt
-            or group.messages[group.head][0] != lease.seq  # type: ignore[index]
-        ):
-            return None
-        return group
+    # -- ready heaps and the level treap
 
     def _make_ready(self, group: _Group) -> None:
         """Put a free group in its level's heap under its round-robin key."""
@@ -769,9 +818,9 @@ class InMemoryTransport:
             assert node is not None  # ``level`` is in the treap
             path.append(node)
             node = node.left if priority < node.priority else node.right
-        _pull(level)
+        _treap_pull(level)
         for node in reversed(path):
-            _pull(node)
+            _treap_pull(node)
 
     def _find(self, min_priority: int) -> Optional[Tuple[int, _Group]]:
         """The smallest ready entry among levels with priority >= min_priority."""
@@ -791,6 +840,8 @@ class InMemoryTransport:
             else:
                 node = node.right
         return best
+
+    # -- lock state and the expiry heap
 
     def _unlock(self, group: _Group) -> None:
         """Release the group's lock (if any) and stale its expiry entry."""
@@ -844,6 +895,8 @@ class InMemoryTransport:
                 self._unlock(group)  # the delivery (group.open) stays current
             heappop(expiry)
 
+    # -- storage
+
     def _forget(self, group: _Group) -> None:
         """Drop an emptied group: priority and round-robin position go too."""
         groups = self._groups
@@ -864,7 +917,7 @@ class InMemoryTransport:
         level.groups -= 1
         if level.groups == 0:
             del self._levels[level.priority]
-            self._root = _delete(self._root, level.priority)
+            self._root = _treap_delete(self._root, level.priority)
         # Stale heap entries may still point at this shell until they are
         # popped or compacted away: let it hold nothing of the user's.
         group.messages = []
@@ -877,11 +930,4 @@ def _reentered(operation: str) -> RuntimeError:
         f"InMemoryTransport.{operation}() was called from user code (a finaliser or signal "
         "handler) that ran in the middle of another operation of the same transport on "
         "this thread; only publish() can be called there"
-    )
-
-
-def _lost_message(lease: Lease) -> str:
-    return (
-        f"lease of message {lease.seq} in group {lease.group_id!r} (attempt {lease.attempt}) "
-        "is not current: it was acked, nacked, re-delivered, or issued by another transport"
     )

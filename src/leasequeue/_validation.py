@@ -62,7 +62,7 @@ def check_priority(value: Any, name: str) -> int:
 
 
 def check_duration(value: Any, name: str) -> float:
-    """``visibility`` / ``delay``: an ``int`` or ``float`` (not ``bool``), ``>= 0``.
+    """``visibility`` / ``delay``: an ``int`` or ``float`` (not ``bool``), ``>= 0``, not NaN.
 
     ``+inf`` (or an ``int`` too large for a float) means "never expires".
     """
@@ -76,6 +76,8 @@ def check_duration(value: Any, name: str) -> float:
     else:
         raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
     if not seconds >= 0.0:  # also catches NaN
+        if seconds != seconds:
+            raise ValueError(f"{name} must not be NaN")
         raise ValueError(f"{name} must be >= 0, not {value!r}")
     return seconds
 

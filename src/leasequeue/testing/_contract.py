@@ -1,0 +1,57 @@
+"""``TransportContract``: the contract as a pytest test class to subclass.
+
+Needs pytest (imported here and in the ``_rules_*`` modules it is made of;
+``leasequeue.testing`` itself imports without it).
+"""
+
+from __future__ import annotations
+
+from ._rules_bad_input import BadInputRules
+from ._rules_batches import BatchRules
+from ._rules_control import ControlPlaneRules
+from ._rules_core import CoreRules
+from ._rules_waiting import WaitingRules
+
+__all__ = ["TransportContract"]
+
+
+class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRules, BatchRules):
+    """One test per rule of leasequeue's transport contract, for any transport.
+
+    Subclass it in a test module under a name pytest collects (``Test...``),
+    override ``make_transport(self, clock)`` to return a new, empty
+    transport of yours that reads the time from ``clock``, and set the flags
+    for what your transport does not promise::
+
+        from leasequeue.testing import TransportContract
+
+        class TestMyTransport(TransportContract):
+            preserves_identity = False      # events are stored serialised
+            supports_batches = False        # no publish_many / claim_many yet
+
+            def make_transport(self, clock):
+                return MyTransport(clock=clock)
+
+    Flags (class attributes, all True by default; a test of a capability
+    that is switched off is *skipped*, with the flag named in the reason):
+
+    * ``preserves_identity``: ``lease.event is`` the published object.  With
+      False, events are compared with ``==`` and the identity tests skip.
+    * ``supports_waiting``: ``claim(timeout=)``, ``aclaim``, ``closed``, and
+      ``close()`` waking waiters (SPEC Part 2, "Waiting for work").
+    * ``supports_control_plane``: ``pause``/``resume``/``purge``/
+      ``set_priority``/``group``/``groups`` (Part 2, "Control plane").
+    * ``supports_batches``: ``publish_many``/``claim_many``/``ack_many``.
+    * ``usable_after_close``: calls still work after ``close()`` (the
+      in-memory transports); False when ``close()`` releases a connection.
+
+    Hooks: ``make_transport(clock)`` (required) and ``close_transport(t)``
+    (default ``t.close()``), called for every transport a test made when
+    the test ends.  ``liveness_timeout`` (seconds a test waits for something
+    that must happen) and ``settle_seconds`` (how long a waiting test lets a
+    claim fall asleep) can be raised for a slow backend.
+
+    Fixtures available to your own extra tests: ``clock`` (a ``ManualClock``
+    at 1000.0), ``transport`` (``make_transport(clock)``), ``new_transport``
+    (a factory taking a clock; everything it made is closed at the end).
+    """

@@ -1,0 +1,314 @@
+"""``check_differential``: your transport and the reference, same random
+operations, every answer compared.
+
+An engine author who writes a backend (SQLite, PostgreSQL, Redis...) calls::
+
+    from leasequeue.testing import check_differential
+
+    def test_my_backend_matches_the_reference():
+        for seed in range(20):
+            check_differential(lambda clock: MyTransport(clock=clock), seed=seed, ops=2000)
+
+``make_transport(clock)`` must build a fresh, empty transport that reads time
+from ``clock`` (a ``ManualClock``).  It is called many times -- a second
+instance for foreign leases, and fresh ones for every replay while a failure
+is shrunk -- so keep it cheap (a new temporary database file each call, say)
+and deterministic: the same operations must give the same answers.  The check drives that transport and a
+``ReferenceTransport`` with the same seeded random operations -- publish,
+claim, ack, nack, extend, stats, len, close, Part 2's control plane and
+batches, bad input of every kind, stale, forged and foreign leases, a clock
+that jumps, goes back, raises or returns garbage -- and compares every
+result and every error.  At the first difference it *shrinks* the run
+(delta debugging, replaying subsets from scratch) to a 1-minimal list of
+operations and raises ``DifferentialFailure`` (an ``AssertionError``) whose
+message is that list as a Python script you can paste and run.  The
+exception also carries the list (``failure.ops``), which ``replay`` runs
+again, e.g. in a regression test.
+
+Flags say what a backend does not promise:
+
+* ``preserves_identity=False``: events come back as equal copies (the
+  backend serialises them), so they are compared with ``==``, not ``is``.
+  The events the check publishes are small lists (``["e", 17]``): pickle and
+  JSON both carry them.
+* ``waiting``, ``control_plane``, ``batches``: ``None`` (the default) drives
+  each Part 2 feature the transport has (``claim(timeout=)`` with
+  ``closed``; ``pause``/``resume``/``purge``/``set_priority``/``group``/
+  ``groups``; ``publish_many``/``claim_many``/``ack_many``); ``True``
+  requires it (``ValueError`` if missing); ``False`` leaves it out.
+* ``forged_leases`` / ``foreign_leases``: hand-built leases and leases of
+  another instance, which the contract says are never current.
+* ``clock_faults``: a clock that raises or returns garbage.
+
+The reference never waits, and neither does the check: a claim with a
+timeout above ``MAX_WAIT`` (50 ms) is only driven once the transport is
+closed, when it must return ``None`` at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from .._errors import LeaseLost
+from ._clock import ManualClock
+from ._generator import BATCHES, CONTROL_PLANE, Capabilities, RandomOps
+from ._harness import Disagreement, Harness, Side, describe
+from ._ops import FOREIGN, ClockFault, Forged, Name, Op, Seconds, render, render_call, uses
+from ._reference import ReferenceTransport
+from ._shrink import ddmin
+
+__all__ = ["DifferentialFailure", "DifferentialSummary", "check_differential", "detect_capabilities", "replay"]
+
+Factory = Callable[[ManualClock], Any]
+Recorded = List[Tuple[int, Op]]
+
+
+class DifferentialSummary(NamedTuple):
+    """What a passing ``check_differential`` run did (to assert that it did)."""
+
+    #: operations applied to every side (skipped ones not counted)
+    operations: int
+    #: operations skipped (a claim that would block before ``close()``)
+    skipped: int
+    #: ``"method outcome"`` -> count, e.g. ``"claim lease"``, ``"ack raise"``
+    tally: Dict[str, int]
+    single_level: bool
+    capabilities: Capabilities
+
+
+class DifferentialFailure(AssertionError):
+    """The transport disagreed with the reference.
+
+    ``ops`` is the shrunk operation list (``(uid, operation)`` pairs, which
+    ``replay`` runs again), ``script`` the same as Python, ``expected`` and
+    ``actual`` the reference's and the transport's outcome of the last
+    operation (``"-> value"`` or ``"raises Type: message"``).
+    """
+
+    def __init__(self, message: str, ops: Recorded, script: str, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.ops = ops
+        self.script = script
+        self.expected = expected
+        self.actual = actual
+
+
+def _probe(factory: Factory) -> Tuple[Set[str], bool]:
+    t = factory(ManualClock())
+    methods = {m for m in CONTROL_PLANE + BATCHES if callable(getattr(t, m, None))}
+    try:
+        t.claim("probe", 0.0, 0, timeout=0.0)
+    except TypeError:
+        waiting = False
+    else:
+        waiting = hasattr(t, "closed")
+    t.close()
+    return methods, waiting
+
+
+def detect_capabilities(
+    make_transport: Factory,
+    reference: Factory = ReferenceTransport,
+    *,
+    waiting: Optional[bool] = None,
+    control_plane: Optional[bool] = None,
+    batches: Optional[bool] = None,
+    forged_leases: bool = True,
+    foreign_leases: bool = True,
+    clock_faults: bool = True,
+) -> Capabilities:
+    """What both sides have, narrowed or required by the flags (see module doc)."""
+    methods, has_waiting = _probe(make_transport)
+    ref_methods, ref_waiting = _probe(reference)
+    driven = set()
+    for names, flag in ((CONTROL_PLANE, control_plane), (BATCHES, batches)):
+        if flag is False:
+            continue
+        missing = [m for m in names if m not in methods]
+        if flag and missing:
+            raise ValueError(f"the transport has no {', '.join(missing)}")
+        driven |= {m for m in names if m in methods and m in ref_methods}
+    if waiting and not has_waiting:
+        raise ValueError("the transport has no claim(timeout=...) / closed")
+    return Capabilities(
+        methods=frozenset(driven),
+        waiting=bool(has_waiting and ref_waiting and waiting is not False),
+        forged=forged_leases,
+        foreign=foreign_leases,
+        clock_faults=clock_faults,
+    )
+
+
+def _sides(make_transport: Factory, reference: Factory, caps: Capabilities,
+           names: Sequence[str]) -> List[Side]:
+    return [Side(names[0], reference, foreign=caps.foreign), Side(names[1], make_transport, foreign=caps.foreign)]
+
+
+def replay(
+    make_transport: Factory,
+    ops: Recorded,
+    *,
+    reference: Factory = ReferenceTransport,
+    preserves_identity: bool = True,
+    foreign_leases: bool = True,
+    record: bool = False,
+    names: Sequence[str] = ("reference", "transport"),
+) -> Harness:
+    """Run recorded operations on fresh sides; raises ``Disagreement`` (an
+    ``AssertionError``) at the first difference, else returns the harness."""
+    caps = Capabilities(foreign=foreign_leases)
+    harness = Harness(_sides(make_transport, reference, caps, names), preserves_identity=preserves_identity,
+                      record=record)
+    for uid, op in ops:
+        harness.apply(op, uid)
+    return harness
+
+
+def check_differential(
+    make_transport: Factory,
+    *,
+    ops: int = 2000,
+    seed: int = 0,
+    reference: Factory = ReferenceTransport,
+    groups: Optional[int] = None,
+    single_level: Optional[bool] = None,
+    preserves_identity: bool = True,
+    waiting: Optional[bool] = None,
+    control_plane: Optional[bool] = None,
+    batches: Optional[bool] = None,
+    forged_leases: bool = True,
+    foreign_leases: bool = True,
+    clock_faults: bool = True,
+    shrink: bool = True,
+    shrink_budget: int = 3_000_000,
+    names: Sequence[str] = ("reference", "transport"),
+) -> DifferentialSummary:
+    """Drive ``make_transport(clock)`` and ``reference(clock)`` with ``ops``
+    random operations from ``seed``; raise ``DifferentialFailure`` with a
+    shrunk reproduction at the first difference (see the module doc).
+
+    ``groups`` (how many group names) and ``single_level`` (one priority
+    level only) are drawn from the seed unless given.  ``reference`` may be
+    any other transport factory (leasequeue compares its pure and compiled
+    transports this way).  ``shrink_budget`` bounds the operations replayed
+    while shrinking; ``names`` label the two sides in messages.
+    """
+    caps = detect_capabilities(make_transport, reference, waiting=waiting, control_plane=control_plane,
+                               batches=batches, forged_leases=forged_leases, foreign_leases=foreign_leases,
+                               clock_faults=clock_faults)
+    harness = Harness(_sides(make_transport, reference, caps, names), preserves_identity=preserves_identity)
+    generator = RandomOps(harness, seed, ops, caps=caps, groups=groups, single_level=single_level)
+    recorded: Recorded = []
+    try:
+        for op in generator:
+            uid = len(recorded)
+            recorded.append((uid, op))
+            harness.apply(op, uid)
+    except Disagreement as first:
+        raise _failure(first, recorded, make_transport, reference, caps, preserves_identity, names, seed,
+                       shrink, shrink_budget) from None
+    return DifferentialSummary(harness.applied, harness.skipped, dict(harness.tally), generator.single_level, caps)
+
+
+def _failure(first: Disagreement, recorded: Recorded, make_transport: Factory, reference: Factory,
+             caps: Capabilities, identity: bool, names: Sequence[str], seed: int, shrink: bool,
+             budget: int) -> DifferentialFailure:
+    """Shrink the failing run and describe it."""
+
+    def run(candidate: Recorded, record: bool = False) -> Tuple[Harness, Optional[Disagreement]]:
+        harness = Harness(_sides(make_transport, reference, caps, names), preserves_identity=identity,
+                          record=record)
+        try:
+            for uid, op in candidate:
+                harness.apply(op, uid)
+        except Disagreement as failure:
+            return harness, failure
+        return harness, None
+
+    shrunk, complete = recorded, False
+    if shrink:
+        shrunk, complete = ddmin(recorded, lambda c: run(c)[1] is not None, budget)
+    harness, final = run(shrunk, record=True)
+    if final is None:  # the transport did not fail again: not deterministic
+        return DifferentialFailure(
+            f"check_differential(seed={seed}): the sides disagree, but a replay from scratch did not "
+            f"(is the transport deterministic?):\n{first}", recorded, "", "", "")
+    assert harness.trace is not None
+    script = render_script(harness.trace, shrunk, names)
+    raw = harness.trace[-1][2]
+    note = "1-minimal: removing any one operation makes it pass" if complete else (
+        "the shrinking budget ran out: it may not be minimal" if shrink else "not shrunk")
+    message = (f"check_differential(seed={seed}): {names[1]} disagrees with {names[0]} "
+               f"(first seen at operation #{first.uid} of the run)\n{final}\n\n"
+               f"Reproduction, {len(harness.trace)} of {len(recorded)} operations ({note}); "
+               f"bind make_transport and run it:\n\n{script}")
+    return DifferentialFailure(message, shrunk, script, describe(raw[0]), describe(raw[1]))
+
+
+def _short(text: str, limit: int = 110) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render_script(trace: Sequence[Tuple[int, Op, List[Tuple[str, Any]]]], ops: Recorded,
+                  names: Sequence[str] = ("reference", "transport")) -> str:
+    """The traced operations as a Python script; the last one disagrees."""
+    all_ops = [op for _, op in ops]
+    lines = [
+        "import math",
+        "from contextlib import suppress",
+        "",
+        "from leasequeue import LeaseLost",
+        "from leasequeue.testing import ManualClock",
+        "",
+    ]
+    if any(uses(op, Name) for op in all_ops):
+        lines.append("class Name(str): pass  # ids must come back as exact str")
+    if any(uses(op, Seconds) for op in all_ops):
+        lines.append("class Seconds(float): pass  # a clock may return a float subclass")
+    if any(uses(op, ClockFault) for op in all_ops):
+        lines.append("class ClockFault(Exception): pass  # what the misbehaving clock raises")
+    if any(uses(op, Forged) for op in all_ops):
+        lines += ["def forge(lease):  # a hand-made lease: never current",
+                  "    return type(lease)(lease.seq, lease.group_id, lease.event, lease.worker_id, "
+                  "lease.expires_at, lease.attempt)"]
+    lines += ["", "clock = ManualClock(1000.0)", "t = make_transport(clock)"]
+    if any(uses(op, FOREIGN) for op in all_ops):
+        lines += ["other = make_transport(ManualClock(1000.0))  # another instance",
+                  "other.publish('a', ['foreign'])",
+                  "foreign = other.claim('w1', math.inf)"]
+    for position, (uid, op, raw) in enumerate(trace):
+        last = position == len(trace) - 1
+        outcome = raw[0]
+        inner = op[2] if op[0] == "fault" else op
+        expr = render_call(inner)
+        target = ""
+        if last and op[0] in ("call", "attr", "len", "fault"):
+            target = "result = "
+        elif (op[0] == "call" and op[1] in ("claim", "extend", "claim_many")
+              and outcome[0] == "returns" and outcome[1] is not None):
+            target = f"l{uid} = "
+        managers = []
+        if op[0] == "fault":
+            managers.append(f"clock.misbehave({render(op[1])})")
+        if outcome[0] == "raises" and not last:
+            managers.append(f"suppress({_error_name(outcome[1])})")
+        statement = f"{target}{expr}"
+        if managers:
+            statement = f"with {', '.join(managers)}: {statement}"
+        if last:
+            lines.append("# <- the sides disagree here:")
+            for name, side_outcome in zip(names, raw):
+                lines.append(f"#    {name}: {_short(describe(side_outcome), 200)}")
+            lines.append(statement)
+        elif op[0] in ("advance", "set"):
+            lines.append(statement)
+        else:
+            lines.append(f"{statement}  # {_short(describe(outcome))}")
+    return "\n".join(lines)
+
+
+def _error_name(exc: BaseException) -> str:
+    for cls in (ClockFault, LeaseLost, OverflowError, TypeError, ValueError):
+        if isinstance(exc, cls):
+            return cls.__name__
+    return "Exception"

@@ -1,0 +1,515 @@
+"""``ReferenceTransport``: the contract as a slow, obviously right program.
+
+This is the referee of the conformance kit.  It is the seed note's algorithm
+(``seed/000_a670dcc8f940ceb3.txt``) written as plainly as possible -- a list
+of message dicts, sorted on every claim -- with exactly the differences that
+SPEC.md names and the choices of ``docs/decisions.md``:
+
+* round-robin by the *order of claims* (a claim counter) instead of the
+  ``last_claimed_at`` timestamp; never-claimed groups first (key 0), in the
+  order of their oldest message (the ``seq`` tie-break of the sort);
+* fencing: each message counts its deliveries (``attempt``) and knows whether
+  the latest delivery is still open; ``ack``/``nack``/``extend`` with a lease
+  that is not current raise ``LeaseLost`` and change nothing;
+* the SPEC's bad-input table, each argument validated in signature order
+  before the clock is read and before anything changes;
+* expiry applied, permanently, by the operations that read the clock for it
+  (``claim``, ``claim_many``, ``stats``, ``group``, ``groups``);
+* the transport's time never runs backwards: an operation that reads the
+  clock acts at ``max(clock(), latest time used)``, and one that raises
+  leaves that time alone;
+* Part 2: ``close``/``closed`` and ``claim(timeout=)``, the control plane
+  (``pause``, ``resume``, ``purge``, ``set_priority``, ``group``,
+  ``groups``, ``stats().paused``) and the batches (``publish_many``,
+  ``claim_many``, ``ack_many``), with the choices pinned in the "Part 2"
+  section of ``docs/decisions.md``.
+
+It was written from the SPEC and the decisions, never from a transport's
+code, so that a differential test against it is a test against the contract
+and not against a second copy of the same mistakes.  Every claim costs
+O(N log N) on purpose: the sort *is* the specification.  Use it as the
+oracle for your own backend (``check_differential`` does), or read it to
+learn what each operation must do.
+
+What it does not do: wait.  It is single-threaded and has nobody to wait
+for, so ``claim(..., timeout=t)`` with ``t != 0`` (or ``None``) returns at
+once what a non-waiting claim returns -- which is what a waiting claim
+returns when nothing happens before its deadline -- and after ``close()``
+returns ``None`` as the SPEC says.  There is no ``aclaim``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+from .._errors import LeaseLost
+from .._types import PARKED, GroupInfo, TransportStats
+
+__all__ = ["ReferenceLease", "ReferenceTransport"]
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+class ReferenceLease:
+    """A lease as the reference issues it: the SPEC's six fields, immutable.
+
+    Equal when the five non-event fields are equal and the events are the
+    same object; the hash ignores the event.  A lease built by hand (six
+    positional fields) has no issuing transport and is never current.
+    """
+
+    __slots__ = ("seq", "group_id", "event", "worker_id", "expires_at", "attempt", "_owner")
+
+    seq: int
+    group_id: str
+    event: Any
+    worker_id: str
+    expires_at: float
+    attempt: int
+    _owner: Any
+
+    def __init__(
+        self, seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int
+    ) -> None:
+        for name, value in zip(self.__slots__, (seq, group_id, event, worker_id, expires_at, attempt, None)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a lease is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a lease is immutable: cannot delete {name!r}")
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.seq, self.group_id, self.worker_id, self.expires_at, self.attempt)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReferenceLease):
+            return NotImplemented
+        return self._fields() == other._fields() and self.event is other.event
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"ReferenceLease(seq={self.seq!r}, group_id={self.group_id!r}, event={self.event!r}, "
+            f"worker_id={self.worker_id!r}, expires_at={self.expires_at!r}, attempt={self.attempt!r})"
+        )
+
+
+def _issue(owner: Any, m: dict[str, Any]) -> ReferenceLease:
+    lease = ReferenceLease(m["seq"], m["group_id"], m["event"], m["locked_by"], m["lock_expiry"], m["attempt"])
+    object.__setattr__(lease, "_owner", owner)
+    return lease
+
+
+# -- argument checks: the SPEC's bad-input table ------------------------------
+# Written here again, on purpose, rather than imported from the transports.
+
+
+def _check_id(value: Any, name: str) -> str:
+    """``group_id``/``worker_id``: a ``str``; a subclass becomes an exact str."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    return str.__getitem__(value, slice(None))
+
+
+def _check_worker(value: Any) -> str:
+    worker_id = _check_id(value, "worker_id")
+    if worker_id == PARKED:
+        raise ValueError(f"worker_id {PARKED!r} is reserved for parked messages")
+    return worker_id
+
+
+def _check_priority(value: Any, name: str) -> int:
+    """``priority``/``min_priority``: an int (not bool) in the signed 64-bit range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise OverflowError(f"{name} is outside the signed 64-bit range")
+    return int(value)
+
+
+def _seconds(value: Any, name: str) -> float:
+    """An int or float (not bool) as a float; an int beyond float range is +-inf."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be an int or float, not {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _check_duration(value: Any, name: str) -> float:
+    """``visibility``/``delay``: not negative, not NaN; ``+inf`` never expires."""
+    seconds = _seconds(value, name)
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"{name} must be >= 0 and not NaN, not {value!r}")
+    return seconds
+
+
+def _check_timeout(value: Any) -> Optional[float]:
+    """``timeout``: ``None`` (no deadline) or a duration; ``-0.0`` is 0."""
+    if value is None:
+        return None
+    return _check_duration(value, "timeout")
+
+
+def _check_count(value: Any) -> int:
+    """``max_count``: an int (not bool) >= 0, with no upper bound."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_count must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"max_count must be >= 0, not {value!r}")
+    return int(value)
+
+
+def _check_clock_value(value: Any) -> float:
+    """What the clock returned: int or float (not bool), finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"clock() must return an int or float, not {type(value).__name__}")
+    try:
+        now = float(value)
+    except OverflowError:
+        raise ValueError("clock() returned an int beyond float range") from None
+    if not math.isfinite(now):
+        raise ValueError(f"clock() returned {now!r}, which is not finite")
+    return now
+
+
+def _check_item(item: Any) -> tuple[str, Any, int]:
+    """One ``publish_many`` item: a tuple ``(group_id, event)`` or
+    ``(group_id, event, priority)``.  A tuple subclass (a named tuple) is read
+    as the tuple it is; anything else is a ``TypeError``, a tuple of another
+    length a ``ValueError``."""
+    if not isinstance(item, tuple):
+        raise TypeError(f"publish_many items must be tuples, not {type(item).__name__}")
+    size = tuple.__len__(item)
+    if size not in (2, 3):
+        raise ValueError(f"a publish_many item has 2 or 3 fields, not {size}")
+    group_id = _check_id(tuple.__getitem__(item, 0), "group_id")
+    priority = _check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
+    return group_id, tuple.__getitem__(item, 1), priority
+
+
+class ReferenceTransport:
+    """The seed's algorithm, literally, with the SPEC's differences.
+
+    ``ReferenceTransport(clock=time.time)``: the same constructor and methods
+    as ``leasequeue.InMemoryTransport`` (Part 1 and Part 2, without waiting),
+    returning ``ReferenceLease`` leases and the shared ``TransportStats`` and
+    ``GroupInfo`` values.  Not thread-safe and O(N log N) per claim: it is a
+    referee, not a transport to run.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        if not callable(clock):
+            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self._clock = clock
+        #: the seed's list of messages, in publish (seq) order
+        self._messages: List[Dict[str, Any]] = []
+        #: per group: priority, round-robin key, pause, creation number
+        self._groups: Dict[str, Dict[str, Any]] = {}
+        self._seq = 0
+        self._claims = 0  # the round-robin key: claim order, not a timestamp
+        self._created = 0  # groups() lists groups in creation order
+        self._latest = -math.inf  # the transport's time never runs back
+        self._closed = False
+
+    # -- time ---------------------------------------------------------------
+
+    def _read_clock(self) -> float:
+        return _check_clock_value(self._clock())
+
+    def _use(self, now: float) -> float:
+        """The time an operation acts at: never before one already used."""
+        self._latest = max(self._latest, now)
+        return self._latest
+
+    def _now(self) -> float:
+        """Read the clock, apply expiry: what claim/stats/group do first."""
+        now = self._use(self._read_clock())
+        for m in self._messages:
+            if m["locked_by"] is not None and m["lock_expiry"] < now:
+                m["locked_by"] = None  # free again; expiry is permanent once seen
+                m["lock_expiry"] = 0.0
+                # ``open`` stays: the lease is current until somebody re-claims
+        return now
+
+    # -- groups ---------------------------------------------------------------
+
+    def _new_group(self, group_id: str, priority: int, paused: bool) -> Dict[str, Any]:
+        self._created += 1
+        group = {"claim_order": 0, "last_claimed_at": None, "priority": priority, "paused": paused,
+                 "created": self._created}
+        self._groups[group_id] = group
+        return group
+
+    def _of(self, group_id: str) -> List[Dict[str, Any]]:
+        return [m for m in self._messages if m["group_id"] == group_id]
+
+    def _forget_if_done(self, group_id: str) -> None:
+        """A group with no message is forgotten, unless it is paused."""
+        group = self._groups.get(group_id)
+        if group is not None and not group["paused"] and not self._of(group_id):
+            del self._groups[group_id]  # priority and round-robin place go too
+
+    # -- Part 1 ---------------------------------------------------------------
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        group_id = _check_id(group_id, "group_id")
+        priority = _check_priority(priority, "priority")
+        return self._publish(group_id, event, priority)
+
+    def _publish(self, group_id: str, event: Any, priority: int) -> int:
+        self._seq += 1
+        self._messages.append({"seq": self._seq, "group_id": group_id, "event": event, "locked_by": None,
+                               "lock_expiry": 0.0, "attempt": 0, "open": False})
+        if group_id not in self._groups:  # the priority counts on creation only
+            self._new_group(group_id, priority, paused=False)
+        return self._seq
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
+    ) -> Optional[ReferenceLease]:
+        """The seed's claim.  A non-zero ``timeout`` never waits here: it
+        returns at once what ``timeout=0`` returns (``None`` once closed)."""
+        worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        min_priority = _check_priority(min_priority, "min_priority")
+        wait = _check_timeout(timeout)
+        if wait != 0.0 and self._closed:
+            return None  # a closed transport's waiting claim: at once, no clock
+        now = self._now()
+        return self._claim(worker_id, visibility, min_priority, now)
+
+    def _claim(self, worker_id: str, visibility: float, min_priority: int, now: float) -> Optional[ReferenceLease]:
+        # after _now() every remaining lock has lock_expiry >= now: in flight
+        in_flight = {m["group_id"] for m in self._messages if m["locked_by"] is not None}
+        order = sorted(self._messages, key=lambda m: (self._groups[m["group_id"]]["claim_order"], m["seq"]))
+        for m in order:
+            group = self._groups[m["group_id"]]
+            if m["group_id"] in in_flight or group["paused"] or group["priority"] < min_priority:
+                continue
+            m["locked_by"] = worker_id
+            m["lock_expiry"] = now + visibility
+            m["attempt"] += 1
+            m["open"] = True
+            self._claims += 1
+            group["claim_order"] = self._claims  # round-robin: to the back
+            group["last_claimed_at"] = now
+            return _issue(self, m)
+        return None
+
+    @staticmethod
+    def _check_lease(lease: Any) -> ReferenceLease:
+        if not isinstance(lease, ReferenceLease):
+            raise TypeError(f"expected a lease, not {type(lease).__name__}")
+        return lease
+
+    def _current(self, lease: ReferenceLease) -> Optional[Dict[str, Any]]:
+        """The lease's message if the lease is current, else None."""
+        if lease._owner is not self:
+            return None  # forged, or issued by another transport
+        for m in self._messages:
+            if m["seq"] == lease.seq:
+                return m if m["attempt"] == lease.attempt and m["open"] else None
+        return None
+
+    def _lost(self, lease: ReferenceLease) -> LeaseLost:
+        return LeaseLost(f"lease of message {lease.seq} (attempt {lease.attempt}) is not current")
+
+    def ack(self, lease: Any) -> None:
+        lease = self._check_lease(lease)
+        m = self._current(lease)
+        if m is None:
+            raise self._lost(lease)
+        self._ack(m)
+
+    def _ack(self, m: Dict[str, Any]) -> None:
+        self._messages.remove(m)
+        self._forget_if_done(m["group_id"])
+
+    def nack(self, lease: Any, delay: float = 0.0) -> None:
+        lease = self._check_lease(lease)
+        delay = _check_duration(delay, "delay")
+        now = self._read_clock() if delay > 0 else 0.0
+        m = self._current(lease)
+        if m is None:
+            raise self._lost(lease)
+        if delay > 0:
+            m["locked_by"] = PARKED
+            m["lock_expiry"] = self._use(now) + delay
+        else:
+            m["locked_by"] = None
+            m["lock_expiry"] = 0.0
+        m["open"] = False  # the group keeps its round-robin place
+
+    def extend(self, lease: Any, visibility: float) -> ReferenceLease:
+        lease = self._check_lease(lease)
+        visibility = _check_duration(visibility, "visibility")
+        now = self._read_clock()
+        m = self._current(lease)
+        if m is None:
+            raise self._lost(lease)
+        m["locked_by"] = lease.worker_id  # re-locks even if its time ran out
+        m["lock_expiry"] = self._use(now) + visibility
+        return _issue(self, m)
+
+    def stats(self) -> TransportStats:
+        self._now()
+        return TransportStats(
+            messages=len(self._messages),
+            groups=len({m["group_id"] for m in self._messages}),
+            leased=sum(1 for m in self._messages if m["locked_by"] not in (None, PARKED)),
+            parked=sum(1 for m in self._messages if m["locked_by"] == PARKED),
+            paused=sum(1 for g in self._groups.values() if g["paused"]),
+        )
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    # -- Part 2: waiting (as far as a referee can) ------------------------------
+
+    def close(self) -> None:
+        """Idempotent; from now on a claim with a non-zero timeout returns None."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> ReferenceTransport:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- Part 2: the control plane ------------------------------------------------
+
+    def pause(self, group_id: str) -> bool:
+        """True if the group was not paused; an unknown group is created, paused."""
+        group_id = _check_id(group_id, "group_id")
+        group = self._groups.get(group_id)
+        if group is None:
+            self._new_group(group_id, 0, paused=True)
+            return True
+        if group["paused"]:
+            return False
+        group["paused"] = True
+        return True
+
+    def resume(self, group_id: str) -> bool:
+        """Lift the pause and end the park (expired or not, unless an
+        operation that reads the clock already saw it expire); True if either
+        was lifted.  An unknown group: False."""
+        group_id = _check_id(group_id, "group_id")
+        group = self._groups.get(group_id)
+        if group is None:
+            return False
+        lifted = bool(group["paused"])
+        group["paused"] = False
+        for m in self._of(group_id):
+            if m["locked_by"] == PARKED:
+                m["locked_by"] = None  # claimable now; attempt unchanged
+                m["lock_expiry"] = 0.0
+                lifted = True
+        self._forget_if_done(group_id)
+        return lifted
+
+    def purge(self, group_id: str) -> int:
+        """Remove the group's messages (leased and parked too) and forget it."""
+        group_id = _check_id(group_id, "group_id")
+        if self._groups.pop(group_id, None) is None:
+            return 0
+        removed = self._of(group_id)
+        self._messages = [m for m in self._messages if m["group_id"] != group_id]
+        return len(removed)
+
+    def set_priority(self, group_id: str, priority: int) -> bool:
+        """Change an existing group's priority (position kept); False if none."""
+        group_id = _check_id(group_id, "group_id")
+        priority = _check_priority(priority, "priority")
+        group = self._groups.get(group_id)
+        if group is None:
+            return False
+        group["priority"] = priority
+        return True
+
+    def group(self, group_id: str) -> Optional[GroupInfo]:
+        group_id = _check_id(group_id, "group_id")
+        now = self._now()
+        return self._info(group_id, now) if group_id in self._groups else None
+
+    def groups(self) -> List[GroupInfo]:
+        """Every group, in the order the groups were created."""
+        now = self._now()
+        order = sorted(self._groups, key=lambda gid: self._groups[gid]["created"])
+        return [self._info(gid, now) for gid in order]
+
+    def _info(self, group_id: str, now: float) -> GroupInfo:
+        group = self._groups[group_id]
+        held = self._of(group_id)
+        locked = [m for m in held if m["locked_by"] is not None]  # all live: _now() ran
+        if locked:
+            m = locked[0]
+            state = "parked" if m["locked_by"] == PARKED else "leased"
+            worker_id, expires_at, attempt = m["locked_by"], m["lock_expiry"], m["attempt"]
+        else:
+            state = "paused" if group["paused"] else "ready"
+            worker_id = expires_at = attempt = None
+        return GroupInfo(
+            group_id=group_id,
+            priority=group["priority"],
+            messages=len(held),
+            state=state,
+            paused=group["paused"],
+            head_seq=held[0]["seq"] if held else None,
+            worker_id=worker_id,
+            expires_at=expires_at,
+            attempt=attempt,
+            last_claimed_at=group["last_claimed_at"],
+        )
+
+    # -- Part 2: batches -----------------------------------------------------------
+
+    def publish_many(self, items: Iterable[Any]) -> List[int]:
+        """All items validated first; then published in order, as one by one."""
+        checked = [_check_item(item) for item in list(items)]
+        return [self._publish(group_id, event, priority) for group_id, event, priority in checked]
+
+    def claim_many(
+        self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0
+    ) -> List[ReferenceLease]:
+        """``max_count`` successive claims at one ``now``, up to the first None."""
+        worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        max_count = _check_count(max_count)
+        min_priority = _check_priority(min_priority, "min_priority")
+        now = self._now()  # read even for max_count == 0
+        leases: List[ReferenceLease] = []
+        while len(leases) < max_count:
+            lease = self._claim(worker_id, visibility, min_priority, now)
+            if lease is None:
+                break
+            leases.append(lease)
+        return leases
+
+    def ack_many(self, leases: Iterable[Any]) -> List[Any]:
+        """Type-check all, then ack the current ones in order; return the rest."""
+        batch = [self._check_lease(lease) for lease in list(leases)]
+        lost: List[Any] = []
+        for lease in batch:
+            m = self._current(lease)
+            if m is None:
+                lost.append(lease)
+            else:
+                self._ack(m)
+        return lost
+
+    def __repr__(self) -> str:
+        return f"<ReferenceTransport messages={len(self._messages)} groups={len(self._groups)}>"

@@ -1,0 +1,208 @@
+"""Deliberately broken transports: the pure twin with one known bug each.
+
+``test_kit_catches.py`` runs the conformance kit against each of them and
+checks that the kit reports the bug.  Each class changes as little as it
+can; some reach into the twin's internals (``_groups``, ``_lock``,
+``_expire``, ``group.key``, ``group.messages``), so a change there may need
+a change here: ``test_kit_catches.py`` then fails with an error of the
+broken transport itself, not with the rule it was meant to break.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from typing import Any, Callable, Dict, Optional
+
+from leasequeue import LeaseLost
+from leasequeue._inmemory_py import InMemoryTransport as Pure
+from leasequeue._validation import INT64_MAX, INT64_MIN, check_time
+
+
+class AckWithoutFencing(Pure):
+    """The seed's ``ack``: removes the message by seq whatever happened
+    since.  A worker whose lease expired, and whose message went to another
+    worker, deletes that worker's message; a stale ack never raises."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self._latest: Dict[int, Any] = {}  # seq -> the latest lease issued for it
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        lease = super().claim(*args, **kwargs)
+        if lease is not None:
+            self._latest[lease.seq] = lease
+        return lease
+
+    def extend(self, lease: Any, visibility: float) -> Any:
+        new = super().extend(lease, visibility)
+        self._latest[new.seq] = new
+        return new
+
+    def ack(self, lease: Any) -> None:
+        try:
+            super().ack(lease)
+        except LeaseLost:
+            latest = self._latest.get(lease.seq)
+            if latest is not None and latest is not lease:
+                try:
+                    super().ack(latest)  # the message, whoever holds it now
+                except LeaseLost:
+                    pass
+
+
+class TimestampRoundRobin(Pure):
+    """The seed's round-robin key: the time of a group's last claim (ties
+    to the lower seq) instead of the order of claims.  Under a frozen clock
+    every claimed group ties, so the group with the lowest seqs is served
+    again and again while others wait."""
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        lease = super().claim(*args, **kwargs)
+        if lease is not None:
+            with self._lock:
+                group = self._groups.get(lease.group_id)
+                if group is not None:  # leased, so not in a ready heap: its key may change
+                    group.key = round(group.last_claimed_at * 1000) * 2**40 + lease.seq
+        return lease
+
+
+class LifoWithinGroup(Pure):
+    """A group's newest message is delivered first (the head being
+    delivered, or waiting for its retry, stays where it is)."""
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        seq = super().publish(group_id, event, priority)
+        with self._lock:
+            group = self._groups.get(str(group_id))
+            if group is not None:
+                messages = group.messages
+                first_free = group.head + (1 if group.attempt else 0)
+                if len(messages) - first_free > 1:
+                    messages.insert(first_free, messages.pop())
+        return seq
+
+
+class RecreatedGroupKeepsItsPlace(Pure):
+    """An emptied group is forgotten, but a later publish that re-creates it
+    gives it back its old round-robin place (issue 14: the test of this rule
+    could not tell the two apart)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self._old_keys: Dict[str, int] = {}
+
+    def ack(self, lease: Any) -> None:
+        with self._lock:
+            group = self._groups.get(getattr(lease, "group_id", None))
+            key = None if group is None else group.key
+            super().ack(lease)
+            if key is not None and lease.group_id not in self._groups:
+                self._old_keys[lease.group_id] = key
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        with self._lock:
+            fresh = group_id not in self._groups
+            seq = super().publish(group_id, event, priority)
+            old = self._old_keys.pop(group_id, None) if fresh else None
+            if old is not None:
+                group = self._groups[group_id]
+                self._unready(group)
+                group.key = old
+                self._make_ready(group)
+        return seq
+
+
+class FloorOffByOne(Pure):
+    """``claim(min_priority=p)`` also serves groups of priority ``p - 1``."""
+
+    def claim(self, worker_id: str, visibility: float, min_priority: int = 0, **kwargs: Any) -> Any:
+        if type(min_priority) is int and INT64_MIN < min_priority <= INT64_MAX:
+            min_priority -= 1  # anything else: the transport reports it
+        return super().claim(worker_id, visibility, min_priority, **kwargs)
+
+
+class ExpiryAtOrBefore(Pure):
+    """A lease or park expires when ``expires_at <= now`` instead of ``<``:
+    whenever an operation reads the clock, locks due exactly now are freed."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        read = self._clock
+
+        def clock_then_expire() -> Any:
+            reading = read()
+            try:
+                now = check_time(reading)
+            except (TypeError, ValueError):
+                return reading  # the transport reports it
+            with self._lock:
+                if not self._busy:
+                    now = max(now, self._time)
+                    self._expire(math.nextafter(now, math.inf))  # frees expires_at < next float: <= now
+            return reading
+
+        self._clock = clock_then_expire
+
+
+def _check_timeout(timeout: Any) -> Optional[float]:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError("timeout must be an int or float")
+    if not timeout >= 0:
+        raise ValueError("timeout must be >= 0")
+    return float(timeout)
+
+
+class LostWakeUp(Pure):
+    """A waiting claim that nothing wakes: it looks for work once, then
+    sleeps to its deadline and returns None, whatever arrives meanwhile.
+    Only ``close()`` ends the sleep.  Needs the pure twin's waiting (Part 2)
+    underneath, for everything but the wake-up."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self._closing = threading.Event()
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
+    ) -> Any:
+        lease = super().claim(worker_id, visibility, min_priority, timeout=0)
+        if lease is not None or timeout == 0:
+            return lease
+        self._closing.wait(_check_timeout(timeout))
+        return None
+
+    async def aclaim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = None
+    ) -> Any:
+        lease = super().claim(worker_id, visibility, min_priority, timeout=0)
+        if lease is not None or timeout == 0:
+            return lease
+        limit = _check_timeout(timeout)
+        deadline = math.inf if limit is None else time.monotonic() + limit
+        while not self._closing.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return None
+
+    def close(self) -> None:
+        self._closing.set()
+        super().close()
+
+
+#: The broken transports whose bug is in Part 1, and the contract tests that
+#: must fail on each (at least these; others may fail too).
+PART1_BUGS = {
+    "AckWithoutFencing": [
+        "test_stale_ack_does_not_delete_the_new_holders_message",
+        "test_fencing_stale_lease_raises_lease_lost_and_changes_nothing[ack-expired-and-reclaimed]",
+    ],
+    "TimestampRoundRobin": ["test_round_robin_order[group-by-group-frozen-clock]"],
+    "LifoWithinGroup": ["test_fifo_within_group"],
+    "RecreatedGroupKeepsItsPlace": ["test_ack_forgets_round_robin_position"],
+    "FloorOffByOne": ["test_priority_floor"],
+    "ExpiryAtOrBefore": ["test_expiry_recovery_after_crash", "test_park_blocks_group"],
+}

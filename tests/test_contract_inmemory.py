@@ -1,0 +1,55 @@
+"""Dogfood: the conformance kit's ``TransportContract`` on both in-memory
+transports, every test on each.
+
+The Part 2 flags are read from the transports themselves, so the waiting,
+control-plane and batch tests switch on by themselves when a transport
+gains those methods.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Callable, Optional
+
+import pytest
+
+from leasequeue.testing import TransportContract
+
+
+def _load(name: str) -> Optional[Any]:
+    try:
+        return importlib.import_module(f"leasequeue._inmemory_{name}").InMemoryTransport
+    except ImportError:
+        return None
+
+
+PURE = _load("py")
+COMPILED = _load("c")
+
+
+def _has(cls: Optional[Any], *names: str) -> bool:
+    return cls is not None and all(hasattr(cls, name) for name in names)
+
+
+class TestPureTransport(TransportContract):
+    supports_waiting = _has(PURE, "aclaim")
+    supports_control_plane = _has(PURE, "pause")
+    supports_batches = _has(PURE, "publish_many")
+
+    def make_transport(self, clock: Callable[[], float]) -> Any:
+        assert PURE is not None
+        return PURE(clock=clock)
+
+
+class TestCythonTransport(TransportContract):
+    supports_waiting = _has(COMPILED, "aclaim")
+    supports_control_plane = _has(COMPILED, "pause")
+    supports_batches = _has(COMPILED, "publish_many")
+
+    def make_transport(self, clock: Callable[[], float]) -> Any:
+        if COMPILED is None:
+            if os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
+                pytest.skip("Cython transport disabled by LEASEQUEUE_NO_EXTENSIONS")
+            importlib.import_module("leasequeue._inmemory_c")  # fails the test with the import error
+        return COMPILED(clock=clock)

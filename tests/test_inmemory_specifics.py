@@ -1,0 +1,241 @@
+"""What the conformance kit does not cover: the in-memory classes themselves.
+
+The rules of the contract run on both in-memory transports through
+``leasequeue.testing.TransportContract`` (``test_contract_inmemory.py``).
+This file keeps what is specific to ``_inmemory_py`` / ``_inmemory_c``: the
+``Lease`` class (public constructor, hash, repr, no subclass, no pickle,
+forging), the ``InMemoryTransport`` constructor, which operations read the
+clock (docs/decisions.md), a lease of the other implementation, and the
+garbage collector's finalisers.  Every test takes the ``transport`` /
+``make_transport`` / ``impl`` fixtures of ``conftest.py``, so it runs on
+both implementations.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import importlib
+import os
+import pickle
+import threading
+from types import ModuleType
+from typing import Any, Callable
+
+import pytest
+
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
+from leasequeue.testing import ManualClock
+
+import leasequeue
+from leasequeue.testing._contract_base import ContractClock
+from leasequeue.testing._rules_bad_input import assert_changes_nothing, bad_input_history
+
+# -- the Lease class ------------------------------------------------------------
+
+
+def test_lease_constructor_equality_hash_slots_repr(transport: Any, impl: ModuleType) -> None:
+    event = ["unhashable"]
+    transport.publish("g", event)
+    lease = transport.claim("w", 30)
+    same = impl.Lease(1, "g", event, "w", 1030.0, 1)  # positional, seed fields first
+    assert same == lease and lease == same and not (same != lease)
+    assert hash(same) == hash(lease) == hash((1, "g", "w", 1030.0, 1))
+    assert impl.Lease(1, "g", ["unhashable"], "w", 1030.0, 1) != lease  # equal but not the same event
+    for field, value in (("seq", 2), ("group_id", "h"), ("worker_id", "x"), ("expires_at", 1.0), ("attempt", 2)):
+        fields = dict(seq=1, group_id="g", event=event, worker_id="w", expires_at=1030.0, attempt=1)
+        fields[field] = value
+        assert impl.Lease(**fields) != lease
+    assert lease.__eq__("not a lease") is NotImplemented
+    assert len({lease, same}) == 1
+    with pytest.raises(AttributeError):
+        lease.new_attribute = 1  # type: ignore[attr-defined]
+    assert repr(lease) == (
+        "Lease(seq=1, group_id='g', event=['unhashable'], worker_id='w', expires_at=1030.0, attempt=1)"
+    )
+
+
+def test_lease_final_not_picklable_copy_is_itself(transport: Any, impl: ModuleType) -> None:
+    transport.publish("g", "e")
+    lease = transport.claim("w", 30)
+    with pytest.raises(TypeError):
+        type("Sub", (impl.Lease,), {})
+    with pytest.raises(TypeError):
+        pickle.dumps(lease)
+    assert copy.copy(lease) is lease
+    assert copy.deepcopy(lease) is lease
+    transport.ack(copy.copy(lease))
+    assert len(transport) == 0
+
+
+def test_forged_lease_equal_to_a_real_one_is_not_current(transport: Any, impl: ModuleType) -> None:
+    transport.publish("g", "e")
+    lease = transport.claim("w", 30)
+    forged = impl.Lease(lease.seq, lease.group_id, lease.event, lease.worker_id, lease.expires_at, lease.attempt)
+    assert forged == lease
+    for op in (transport.ack, transport.nack, lambda x: transport.extend(x, 5)):
+        with pytest.raises(leasequeue.LeaseLost):
+            op(forged)
+    transport.ack(lease)
+
+
+# -- the InMemoryTransport class ---------------------------------------------
+
+
+def test_clock_not_callable(make_transport: Callable[..., Any]) -> None:
+    for bad in (None, 1000.0, "time"):
+        with pytest.raises(TypeError):
+            make_transport(clock=bad)
+
+
+def other_module(impl: ModuleType) -> ModuleType | None:
+    """The other implementation's module, when it can be imported."""
+    name = "leasequeue._inmemory_c" if impl.__name__.endswith("_py") else "leasequeue._inmemory_py"
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
+            return None
+        raise
+
+
+def test_lease_of_the_other_implementation(make_transport: Callable[..., Any], impl: ModuleType) -> None:
+    """decisions.md: the type check is against *this* implementation's Lease
+    (each implementation has its own class): TypeError, nothing changed."""
+    other = other_module(impl)
+    if other is None:
+        pytest.skip("only one implementation available")
+    assert other.Lease is not impl.Lease
+    foreign_clock = ContractClock()
+    foreign = bad_input_history(other.InMemoryTransport(clock=foreign_clock), foreign_clock)["current"]
+    for call in (
+        lambda t, l: t.ack(foreign),
+        lambda t, l: t.nack(foreign),
+        lambda t, l: t.nack(foreign, 3),
+        lambda t, l: t.extend(foreign, 3),
+    ):
+        assert_changes_nothing(make_transport, call, TypeError)
+
+
+def test_constructor_clock(make_transport: Callable[..., Any]) -> None:
+    with pytest.raises(TypeError):
+        make_transport(clock=5)
+    t = make_transport(ManualClock(50.0))  # positional
+    t.publish("g", "e")
+    assert t.claim("w", 1).expires_at == 51.0
+    default = make_transport()  # time.time
+    default.publish("g", "e")
+    assert default.claim("w", 0) is not None
+
+
+def test_clock_read_once_by_claim_extend_stats_and_parking_nack_only(make_transport: Callable[..., Any]) -> None:
+    clock = ContractClock()
+    t = make_transport(clock=clock)
+
+    def reads(op: Callable[[], Any]) -> int:
+        before = clock.reads
+        op()
+        return clock.reads - before
+
+    assert reads(lambda: t.publish("g", 1)) == 0
+    assert reads(lambda: t.publish("g", 2)) == 0
+    lease = t.claim("w", 10)
+    assert clock.reads == 1
+    assert reads(lambda: t.claim("w", 10)) == 1  # nothing eligible: still one read
+    assert reads(lambda: t.extend(lease, 10)) == 1
+    assert reads(lambda: t.nack(lease, 0)) == 0
+    assert reads(lambda: t.nack(t.claim("w", 10), 5)) == 2  # claim + parking nack
+    clock.advance(10)
+    lease = t.claim("w", 10)
+    assert reads(lambda: t.nack(lease, -0.0)) == 0
+    assert reads(lambda: t.ack(t.claim("w", 10))) == 1  # the claim only
+    assert reads(t.stats) == 1
+    assert reads(lambda: len(t)) == 0
+    assert reads(t.close) == 0
+
+
+# -- the garbage collector's finalisers --------------------------------------
+
+
+def _run_with_deadline(target: Callable[[], None], seconds: float = 20.0) -> None:
+    """Run ``target`` in a daemon thread; fail (instead of hanging) on deadlock."""
+    errors: list[BaseException] = []
+
+    def wrapper() -> None:
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=wrapper, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "deadlock: the operation never returned"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
+def test_gc_finaliser_calling_back_during_operations(transport: Any) -> None:
+    """Any finaliser is user code, including one the cycle collector runs in
+    the middle of an operation: it may use the transport (no deadlock) and
+    must see it whole.  A collection threshold of 1 makes collections happen
+    at almost every allocation, so one inside the locked region would run a
+    finaliser there."""
+    fired: list[int] = []
+
+    class Garbage:
+        def __init__(self) -> None:
+            self.me = self  # freed only by the cycle collector
+
+        def __del__(self) -> None:
+            fired.append(len(transport))
+            transport.publish("from-finaliser", len(fired))
+
+    acked: list[int] = []
+
+    def work() -> None:
+        for i in range(3000):
+            Garbage()
+            transport.publish(f"g{i % 50}", i)
+            lease = transport.claim("w", 10)
+            if lease is not None:
+                transport.ack(lease)
+                acked.append(lease.seq)
+            transport.stats()
+
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        _run_with_deadline(work)
+    finally:
+        gc.set_threshold(*old)
+    gc.collect()
+    assert len(fired) == 3000
+    assert len(transport) + len(acked) == 3000 + 3000  # every publish is there or acked
+    assert len(set(acked)) == len(acked)
+
+
+@pytest.mark.parametrize("through", ["transport", "lease"])
+def test_cycles_through_held_events_are_collected(make_transport: Callable[..., Any], through: str) -> None:
+    """Events are held by reference where the cycle collector sees them: an
+    event that refers back to its transport (or to its lease) is freed."""
+    import weakref
+
+    class Event:
+        pass
+
+    t = make_transport(clock=ManualClock())
+    event = Event()
+    t.publish("g", event)
+    t.publish("g", Event())
+    lease = t.claim("w", 10)
+    if through == "transport":
+        event.back = t  # type: ignore[attr-defined]
+    else:
+        event.back = lease  # type: ignore[attr-defined]
+        t.ack(lease)  # only the lease <-> event cycle holds it now
+    alive = weakref.ref(event)
+    del t, event, lease
+    gc.collect()
+    assert alive() is None

@@ -1,0 +1,161 @@
+"""The conformance kit can fail: it catches each deliberately broken transport.
+
+``broken_transports.py`` holds the pure twin with one known bug each.  A
+generated test module subclasses ``TransportContract`` for every one of
+them (and for the unbroken twin, as the control), and pytest runs it in a
+subprocess; its JUnit report says which contract tests failed and why.
+Each bug must fail the contract tests that state the rule it breaks, with
+the assertion about that rule (not an error of the broken transport), and
+the unbroken twin must pass everything.  ``check_differential`` must catch
+each Part 1 bug too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+import broken_transports
+from broken_transports import PART1_BUGS
+
+import leasequeue.testing
+from leasequeue._inmemory_py import InMemoryTransport as Pure
+
+HERE = Path(__file__).resolve().parent
+
+#: (class, test) -> (outcome, the failure's message and text)
+Outcomes = Dict[Tuple[str, str], Tuple[str, str]]
+
+#: What the failure of each expected test must say: the rule's own check.
+REASONS = {
+    "test_stale_ack_does_not_delete_the_new_holders_message": "DID NOT RAISE",
+    "test_fencing_stale_lease_raises_lease_lost_and_changes_nothing[ack-expired-and-reclaimed]": "DID NOT RAISE",
+    "test_round_robin_order[group-by-group-frozen-clock]": "At index 4 diff: 'a' != 'b'",  # a served twice
+    "test_fifo_within_group": "assert {'a'",
+    "test_ack_forgets_round_robin_position": "At index 1 diff: 'd' != 'a'",  # a kept its old place
+    "test_priority_floor": "group_id='high'",
+    "test_expiry_recovery_after_crash": "attempt=2) is None",
+    "test_park_blocks_group": "is None",
+    "test_waiting_claim_is_woken[publish-thread]": "did not return within",
+}
+
+CLASS_TEMPLATE = '''
+class Test{name}(TransportContract):
+    supports_waiting = {waiting}
+    supports_control_plane = {control}
+    supports_batches = {batches}
+    liveness_timeout = {liveness}
+
+    def make_transport(self, clock):
+        return {factory}(clock=clock)
+'''
+
+
+def run_contract(tmp_path: Path, classes: Dict[str, str], *, waiting: bool, select: str = "") -> Outcomes:
+    """Run ``TransportContract`` for each ``{name: factory}`` in a pytest
+    subprocess; return every test's outcome."""
+    source = [
+        "from leasequeue.testing import TransportContract",
+        "from leasequeue._inmemory_py import InMemoryTransport",
+        "import broken_transports",
+    ]
+    for name, factory in classes.items():
+        source.append(
+            CLASS_TEMPLATE.format(
+                name=name,
+                factory=factory,
+                waiting=waiting,
+                control=hasattr(Pure, "pause"),
+                batches=hasattr(Pure, "publish_many"),
+                liveness=3.0 if waiting else 20.0,
+            )
+        )
+    (tmp_path / "test_broken.py").write_text("\n".join(source))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    report = tmp_path / "report.xml"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + [p for p in sys.path if p and Path(p).is_dir()])
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+               "--rootdir", str(tmp_path), str(tmp_path / "test_broken.py")]
+    if select:
+        command += ["-k", select]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert report.exists(), f"pytest did not run:\n{done.stdout}\n{done.stderr}"
+    outcomes: Outcomes = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        outcome, detail = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[child.tag]
+                detail = f"{child.get('message', '')}\n{child.text or ''}"
+        outcomes[(case.get("classname", "").rsplit(".", 1)[-1], case.get("name", ""))] = (outcome, detail)
+    assert outcomes, f"no test ran:\n{done.stdout}\n{done.stderr}"
+    return outcomes
+
+
+def failures(outcomes: Outcomes, cls: str) -> List[str]:
+    return sorted(test for (c, test), (outcome, _) in outcomes.items() if c == cls and outcome != "passed"
+                  and outcome != "skipped")
+
+
+def assert_caught_for_the_right_reason(outcomes: Outcomes, cls: str, expected: List[str]) -> None:
+    for test in expected:
+        outcome, detail = outcomes[(cls, test)]
+        assert outcome == "failed", f"{cls}: the contract's {test} did not catch the bug ({outcome})"
+        assert REASONS[test] in detail, f"{cls}: {test} failed, but not on its rule:\n{detail[:3000]}"
+
+
+@pytest.fixture(scope="module")
+def part1_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+    classes = {name: f"broken_transports.{name}" for name in PART1_BUGS}
+    classes["UnbrokenPureTwin"] = "InMemoryTransport"
+    return run_contract(tmp_path_factory.mktemp("contract"), classes, waiting=False)
+
+
+def test_the_unbroken_twin_passes_the_whole_contract(part1_outcomes: Outcomes) -> None:
+    """The control: the same generated run passes on the real pure twin, so
+    every failure below is the bug's doing."""
+    ran = [test for (cls, test) in part1_outcomes if cls == "TestUnbrokenPureTwin"]
+    assert len(ran) > 150
+    assert failures(part1_outcomes, "TestUnbrokenPureTwin") == []
+
+
+@pytest.mark.parametrize("name", sorted(PART1_BUGS))
+def test_the_contract_catches(part1_outcomes: Outcomes, name: str) -> None:
+    assert_caught_for_the_right_reason(part1_outcomes, f"Test{name}", PART1_BUGS[name])
+
+
+def test_a_frozen_clock_is_what_exposes_the_timestamp_round_robin(part1_outcomes: Outcomes) -> None:
+    """The seed's key is the order of claims whenever the clock moves: the
+    moving-clock case passes, only the frozen one fails."""
+    for published in ("interleaved", "group-by-group"):
+        test = f"test_round_robin_order[{published}-moving-clock]"
+        assert part1_outcomes[("TestTimestampRoundRobin", test)][0] == "passed"
+
+
+def test_the_contract_catches_a_lost_wake_up(tmp_path: Path) -> None:
+    if not hasattr(Pure, "aclaim"):
+        pytest.skip("the pure twin has no waiting claims yet (SPEC Part 2): nothing to lose a wake-up in")
+    outcomes = run_contract(
+        tmp_path,
+        {"LostWakeUp": "broken_transports.LostWakeUp", "UnbrokenPureTwin": "InMemoryTransport"},
+        waiting=True,
+        select="test_waiting_claim_is_woken and (publish or ack-exposes-next)",
+    )
+    assert failures(outcomes, "TestUnbrokenPureTwin") == []
+    assert_caught_for_the_right_reason(outcomes, "TestLostWakeUp", ["test_waiting_claim_is_woken[publish-thread]"])
+
+
+@pytest.mark.parametrize("name", sorted(PART1_BUGS))
+def test_the_differential_catches(name: str) -> None:
+    check_differential = leasequeue.testing.check_differential
+    broken = getattr(broken_transports, name)
+    with pytest.raises(AssertionError):
+        for seed in range(20):
+            check_differential(lambda clock: broken(clock=clock), ops=3000, seed=seed)
