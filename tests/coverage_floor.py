@@ -6,7 +6,8 @@ test command, which CI runs) measures it.  Configuration, the floor
 
 * Coverage starts when this plugin is imported, before the suite imports
   ``leasequeue``.  It measures the installed package as well as ``src/``
-  (``[tool.coverage.paths]`` maps both to ``src/leasequeue``).
+  (``[tool.coverage.paths]`` maps both, and the copies some tests import in
+  a child process, to ``src/leasequeue`` where that exists).
 * Subprocesses: tests that run Python code in a child process (the
   MemoryError and garbage-collector tests) start it with
   ``helpers.python_argv``, which starts coverage there from
@@ -74,8 +75,15 @@ class _Measurement:
         self.cov.save()
         os.environ.pop("COVERAGE_PROCESS_START", None)
         self.cov.combine(data_paths=[self.dir], keep=False)
+        # The package this run imported (installed, or src/) and the source tree
+        # the others map to; not a copy a test made elsewhere, where there is no
+        # source tree to map it to (tests run away from a checkout).
+        import leasequeue
+
+        include = [os.path.join(os.path.dirname(os.path.abspath(leasequeue.__file__)), "*"),
+                   os.path.join(str(CONFIG.parent), "src", "leasequeue", "*")]
         out = io.StringIO()
-        self.total = self.cov.report(file=out)
+        self.total = self.cov.report(file=out, include=include)
         self.text = out.getvalue()
         shutil.rmtree(self.dir, ignore_errors=True)
         return self.total
