@@ -10,6 +10,7 @@ records in ``tools/mutate_equivalent.txt`` with the reason.
     python3 tools/mutate.py                       # the pure twin, every mutant
     python3 tools/mutate.py --jobs 2              # two mutants at a time
     python3 tools/mutate.py --list                # the mutants, without running them
+    python3 tools/mutate.py --skip-equivalent     # do not re-run the listed equivalents
     python3 tools/mutate.py --changed-since main  # only lines changed since main
     python3 tools/mutate.py --lines 400-480       # only these lines
     python3 tools/mutate.py --mutant 57 --show    # print one mutant's diff
@@ -712,6 +713,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra environment for the test runs (repeatable)")
     parser.add_argument("--equivalents", default=os.path.join(ROOT, DEFAULT_EQUIVALENTS))
+    parser.add_argument("--skip-equivalent", action="store_true",
+                        help="do not run the mutants listed as equivalent (they survive by definition; saves time)")
     parser.add_argument("--json", metavar="FILE", help="write every mutant's result as JSON")
     args = parser.parse_args(argv)
     if args.pytest_args is DEFAULT_PYTEST_ARGS:  # files may move (the conformance kit): keep those that exist
@@ -753,7 +756,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.list or args.show:
         for m in selected:
             nth = f" #{m.nth}" if m.count > 1 else ""
-            print(f"{m.id:4d} {m.location():42s} {m.op:7s} {m.qualname}{nth}: {m.before}  ->  {m.after}")
+            known = " [equivalent]" if any(e.matches(m) for e in equivalents) else ""
+            print(f"{m.id:4d} {m.location():42s} {m.op:7s} {m.qualname}{nth}: {m.before}  ->  {m.after}{known}")
             if args.show:
                 print(m.diff(originals[m.file]))
         print(f"{len(selected)} of {total} mutants ({dropped} duplicates dropped)")
@@ -811,16 +815,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         started = time.monotonic()
 
         def work(m: Mutant) -> None:
-            slot = slots.get()
-            try:
-                outcome = run_mutant(m, slot, options, paths, selector, env, timeout)
-            finally:
-                slots.put(slot)
-            if outcome.status == "survived":
-                for e in equivalents:
-                    if e.matches(m):
-                        outcome.status, outcome.why = "equivalent", e.why
-                        break
+            known = [e for e in equivalents if e.matches(m)]
+            if known and args.skip_equivalent:
+                outcome = Outcome("equivalent", 0.0, "not run (--skip-equivalent)", known[0].why)
+            else:
+                slot = slots.get()
+                try:
+                    outcome = run_mutant(m, slot, options, paths, selector, env, timeout)
+                finally:
+                    slots.put(slot)
+            if outcome.status == "survived" and known:
+                outcome.status, outcome.why = "equivalent", known[0].why
+            elif outcome.status in ("killed", "timeout") and known:
+                outcome.detail += f" (listed as equivalent at line {known[0].line}: a test tells it apart)"
             with lock:
                 results[m.id] = outcome
                 done[0] += 1
