@@ -12,7 +12,8 @@ Grouped by rule:
 * round-robin: expiry keeps a group's place, a re-created group starts
   fresh, and the order holds across many priority levels;
 * values that cannot be changed or copied: ``Lease`` attributes cannot be
-  deleted, a transport cannot be copied or pickled.
+  deleted, a transport cannot be copied or pickled;
+* clear errors: what a ``LeaseLost`` says.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
+from leasequeue import LeaseLost
 from leasequeue.testing import ManualClock
 
 # -- single active consumer: a stale ready entry never resurfaces ------------------
@@ -240,3 +242,20 @@ def test_transport_cannot_be_copied_or_pickled(transport: Any, how: str) -> None
         refuse(transport)
     transport.ack(lease)
     assert len(transport) == 0
+
+
+# -- clear errors ---------------------------------------------------------------------
+
+
+def test_lease_lost_names_the_delivery(transport: Any) -> None:
+    """TEAM rule "bad input gets a clear error": a ``LeaseLost`` names the message,
+    its group and the attempt, and says why a lease stops being current."""
+    transport.publish("orders", "e")
+    lease = transport.claim("w", 30)
+    transport.nack(lease)
+    with pytest.raises(LeaseLost) as caught:
+        transport.ack(lease)
+    assert str(caught.value) == (
+        "lease of message 1 in group 'orders' (attempt 1) is not current: "
+        "it was acked, nacked, re-delivered, or issued by another transport"
+    )
