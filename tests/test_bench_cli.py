@@ -217,3 +217,42 @@ def test_seed_baseline_chooses_what_the_transport_chooses() -> None:
                 pure.nack(b, 0.0)
         assert len(seed) == len(pure)
     assert deliveries > 200 and redeliveries > 20 and nones > 5
+
+
+def test_waiting_measurements_are_reported(smoke: Dict[str, Any]) -> None:
+    """Wake-up latency (thread and asyncio) and throughput, with every
+    contender that imports, ratios to the baselines and the waiting goals."""
+    waiting = smoke["json"]["waiting"]
+    lq = {"cython", "pure"} & _expected_impls()
+    bridges = {m for m in ("janus", "culsans") if _importable(m)}
+    assert {r["impl"] for r in waiting["wake_thread"]} == lq | {"queue"} | bridges
+    assert {r["impl"] for r in waiting["wake_async"]} == lq | {"asyncio"} | bridges
+    for r in waiting["wake_thread"] + waiting["wake_async"]:
+        assert len(r["p50_ns"]) == len(r["p99_ns"]) == waiting["repeats"]
+        assert 0 < r["median_p50_ns"] <= r["median_p99_ns"]
+    assert {(r["impl"], r["threads"]) for r in waiting["throughput"]} == {
+        (i, k) for i in lq | {"queue"} for k in (1, 2)
+    }
+    assert all(r["median_ops_per_s"] > 0 for r in waiting["throughput"])
+    assert {r["impl"] for r in waiting["wake_thread_ratios"]} == lq | bridges
+    assert all(r["ref"] == "queue" and r["p50"] > 0 for r in waiting["wake_thread_ratios"])
+    md = smoke["markdown"]
+    assert "## Waiting for work: wake-up latency" in md and "### thread → asyncio" in md
+    assert "## Waiting for work: throughput" in md
+    targets = [t["target"] for t in smoke["json"]["targets"]]
+    if "cython" in lq:
+        assert "thread wake p50: Cython / queue.Queue" in targets
+        assert any(t.startswith("asyncio wake p50: Cython / asyncio.Queue") for t in targets)
+
+
+def test_waiting_only_and_no_waiting(tmp_path: Path) -> None:
+    json_path = tmp_path / "w.json"
+    proc = _run("bench", "--smoke", "--no-progress", "--waiting-only", "--json", str(json_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(json_path.read_text())
+    assert report["results"] == [] and report["memory"] == [] and report["waiting"]["wake_thread"]
+    assert "## Waiting for work" in proc.stdout
+    proc = _run("bench", "--smoke", "--no-progress", "--no-waiting", "--no-memory", "--json", str(json_path))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(json_path.read_text())["waiting"] is None
+    assert "Waiting for work" not in proc.stdout

@@ -199,6 +199,11 @@ def _error(call: Any) -> tuple[type, str]:
         lambda t, lease: t.publish(b"g", None),
         lambda t, lease: t.publish("g", None, 1.5),
         lambda t, lease: t.ack("not a lease"),
+        lambda t, lease: t.claim("w", 1.0, timeout=-1),
+        lambda t, lease: t.claim("w", 1.0, timeout=float("nan")),
+        lambda t, lease: t.claim("w", 1.0, timeout="1"),
+        lambda t, lease: t.claim("w", 1.0, timeout=True),
+        lambda t, lease: __import__("asyncio").run(t.aclaim("w", 1.0, timeout=-0.5)),
     ],
 )
 def test_same_error_messages(pure: ModuleType, compiled: ModuleType, bad: Any) -> None:

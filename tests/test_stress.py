@@ -32,10 +32,22 @@ whatever the thread interleaving or the real clock does):
 
 The workers use one visibility per run, so an ``extend`` never moves an
 expiry earlier (the clock is monotonic), which the lower bounds rely on.
+
+Waiting workers (Part 2): ``waiting_workers`` of the worker threads claim
+with a ``timeout`` (so messages are handed off to them by publish, ack,
+nack, expiry and the expiry timer), and ``async_workers`` asyncio tasks in
+one event-loop thread ``aclaim``.  A waiting claim's lease may be granted at
+another operation's ``now`` (the hand-off), which is never earlier than the
+claim's own clock reading; publish, ack and nack(0) read the clock once
+when someone waits.  The asyncio tasks share one thread, so their claims'
+clock readings are not attributed (their other operations are).  At a
+checkpoint the tasks are parked outside any claim, so the queue of waiting
+claims is empty and nothing can be handed off while the log is compared.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import random
@@ -97,6 +109,9 @@ class StressConfig:
     seed: int = 0
     hang_timeout: float = 60.0  # no ack for this long: stuck (fail instead of hanging; not a perf bound)
     switch_interval: float = 0.0002  # more thread switches, more interleavings
+    waiting_workers: int = 0  # of ``workers``, how many claim with a timeout (Part 2)
+    async_workers: int = 0  # asyncio tasks claiming with ``aclaim``, in one extra thread
+    wait_timeout: float = 0.02  # their timeout: short, so that they see checkpoints and the end
 
 
 @dataclass
@@ -140,6 +155,8 @@ class StressResult:
     lease_lost: int = 0
     stale_probes: int = 0
     checkpoints: int = 0
+    waited: int = 0  # deliveries to waiting claims (threads and asyncio tasks)
+    async_deliveries: int = 0
     max_group_concurrency: int = 0
     seconds: float = 0.0
     problems: List[str] = field(default_factory=list)
@@ -151,6 +168,7 @@ class StressResult:
             f"{self.acks} acks, {self.nacks} nack(0), {self.parks} parks, {self.extends} extends, "
             f"{self.crashes} crashes, {self.late_acks} late acks, {self.lease_lost} LeaseLost, "
             f"{self.stale_probes} stale probes, {self.checkpoints} checkpoints, "
+            f"{self.waited} to waiting claims ({self.async_deliveries} asyncio), "
             f"max group concurrency {self.max_group_concurrency}, {self.seconds:.1f}s, "
             f"{len(self.problems)} problems"
         )
@@ -235,14 +253,16 @@ class _Run:
         self.in_flight = 0  # publishes that took a quota and are not in the log yet
         self.done = False
         self.pause = False
-        self.barrier = threading.Barrier(cfg.workers + cfg.publishers + 1)
+        self.barrier = threading.Barrier(cfg.workers + cfg.publishers + 1 + (cfg.async_workers > 0))
         self.deadline = None if cfg.duration is None else time.monotonic() + cfg.duration
+        # with waiting claims, publish/ack/nack(0) read the clock (once) to hand a message off
+        self.waiting = cfg.waiting_workers > 0 or cfg.async_workers > 0
 
     # -------------------------------------------------------------- helpers
 
     def _reads(self, op: str, expected: int) -> Optional[float]:
         calls, value = self.clock.last()
-        if calls != expected:
+        if calls != expected and not (self.waiting and expected == 0 and calls == 1):
             self.log.problem(f"{op} read the clock {calls} times, expected {expected}")
         return value
 
@@ -299,34 +319,49 @@ class _Run:
     def worker(self, index: int) -> None:
         rng = random.Random(self.cfg.seed * 1000 + 500 + index)
         wid = f"worker-{index}"
+        timeout = self.cfg.wait_timeout if index < self.cfg.waiting_workers else 0.0
         while not self.done:
             self._maybe_pause()
             try:
-                if not self._work_once(rng, wid):
+                if not self._work_once(rng, wid, timeout) and not timeout:
                     self._idle()
             except threading.BrokenBarrierError:
                 return
             except Exception as exc:  # noqa: BLE001 - recorded; the lease it held is "crashed"
                 self.log.problem(f"{wid}: unexpected {exc!r}")
 
-    def _work_once(self, rng: random.Random, wid: str) -> bool:
+    def _work_once(self, rng: random.Random, wid: str, timeout: float = 0.0) -> bool:
         t = self.transport
-        log = self.log
         vis = self.visibility
         min_priority = 1 if rng.random() < 0.1 else -1  # -1: every group (priorities are -1..2)
-        inv = log.tick()
+        inv = self.log.tick()
         self.clock.reset()
-        lease = t.claim(wid, vis, min_priority)
+        if timeout:
+            lease = t.claim(wid, vis, min_priority, timeout=timeout)
+        else:
+            lease = t.claim(wid, vis, min_priority)
         reading = self._reads("claim", 1)
         assert reading is not None
+        d = self._claimed(wid, lease, inv, reading, bool(timeout))
+        if d is None:
+            return False
+        assert lease is not None
+        self._finish(rng, wid, lease, d)
+        return True
+
+    def _claimed(self, wid: str, lease: Any, inv: int, reading: Optional[float], waited: bool) -> Optional[Delivery]:
+        """Log a claim's result (``reading``: its clock reading, if known)."""
+        log = self.log
+        vis = self.visibility
         now = reading if lease is None else lease.expires_at - vis  # the transport's now
         with log.lock:
             log.index += 1
             ret = log.index
             log.counts["ops"] = log.counts.get("ops", 0) + 1
-            log.latest = max(log.latest, reading)
+            if reading is not None:
+                log.latest = max(log.latest, reading)
             if lease is None:
-                return False
+                return None
             key = (lease.seq, lease.attempt)
             if key in log.deliveries:
                 log.problems.append(f"delivery {key} issued twice")
@@ -334,8 +369,18 @@ class _Run:
                 lease.seq, lease.attempt, lease.group_id, lease.worker_id, lease.event, now, inv, ret
             )
             d.expiries.append((ret, lease.expires_at))
-        if lease.worker_id != wid or now < reading - self.slack:
+            if waited:
+                log.counts["waited"] = log.counts.get("waited", 0) + 1
+        if lease.worker_id != wid or (reading is not None and now < reading - self.slack):
             log.problem(f"claim returned {lease!r} to {wid}: its now {now} is before the clock's {reading}")
+        return d
+
+    def _finish(self, rng: random.Random, wid: str, lease: Any, d: Delivery) -> None:
+        """What the worker does with a claimed lease: heartbeats, then ack,
+        nack, park, a late ack or a crash; all logged."""
+        t = self.transport
+        log = self.log
+        vis = self.visibility
 
         # heartbeats: both the old and the new lease name the same delivery
         for _ in range(rng.choice((0, 0, 0, 1, 2))):
@@ -349,7 +394,7 @@ class _Run:
                     d.lost.append(("extend", inv, ret))
                     log.counts["ops"] = log.counts.get("ops", 0) + 1
                     log.counts["lease_lost"] = log.counts.get("lease_lost", 0) + 1
-                return True
+                return
             reading = self._reads("extend", 1)
             assert reading is not None
             now = new.expires_at - vis
@@ -367,7 +412,7 @@ class _Run:
         roll = rng.random()
         if roll < 0.10:
             log.count("crashes")  # drop the lease: it must expire and come back
-            return True
+            return
         if roll < 0.16:
             # ack late: after the lease ran out (accepted unless re-claimed)
             log.count("late_acks")
@@ -393,7 +438,7 @@ class _Run:
                 d.lost.append((kind, inv, ret))
                 log.counts["ops"] = log.counts.get("ops", 0) + 1
                 log.counts["lease_lost"] = log.counts.get("lease_lost", 0) + 1
-            return True
+            return
         now = self._reads(kind, 1 if kind == "park" else 0)
         with log.lock:
             log.index += 1
@@ -426,7 +471,58 @@ class _Run:
                 log.count("ops")
             else:
                 log.problem(f"{probe} of closed delivery {lease!r} (closed by {kind}) was accepted")
-        return True
+
+    # ------------------------------------------------------ asyncio workers
+
+    def async_thread(self) -> None:
+        asyncio.run(self._async_main())
+
+    async def _async_main(self) -> None:
+        """The tasks, and the checkpoint gate: when a pause is asked for, every
+        task parks outside the transport, then this thread joins the barrier
+        (blocking the loop, so nothing of it runs during the checkpoint)."""
+        self.parked = 0
+        self.checkpointing = False
+        tasks = [asyncio.ensure_future(self._async_worker(i)) for i in range(self.cfg.async_workers)]
+        try:
+            while not self.done:
+                if self.pause:
+                    self.checkpointing = True
+                    while self.parked < sum(not task.done() for task in tasks) and not self.done:
+                        await asyncio.sleep(0.001)
+                    try:
+                        self.barrier.wait()  # everyone is quiescent: the checkpoint runs
+                        self.barrier.wait()  # the checkpoint is over
+                    except threading.BrokenBarrierError:
+                        return
+                    finally:
+                        self.checkpointing = False
+                await asyncio.sleep(0.002)
+        finally:
+            self.checkpointing = False
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _async_worker(self, index: int) -> None:
+        rng = random.Random(self.cfg.seed * 1000 + 900 + index)
+        wid = f"task-{index}"
+        t = self.transport
+        while not self.done:
+            if self.pause or self.checkpointing:
+                self.parked += 1
+                while (self.pause or self.checkpointing) and not self.done:
+                    await asyncio.sleep(0.001)
+                self.parked -= 1
+                continue
+            min_priority = 1 if rng.random() < 0.1 else -1
+            inv = self.log.tick()
+            try:
+                lease = await t.aclaim(wid, self.visibility, min_priority, timeout=self.cfg.wait_timeout)
+                d = self._claimed(wid, lease, inv, None, True)
+                if d is not None:
+                    self.log.count("async")
+                    self._finish(rng, wid, lease, d)
+            except Exception as exc:  # noqa: BLE001 - recorded; the lease it held is "crashed"
+                self.log.problem(f"{wid}: unexpected {exc!r}")
 
     # ---------------------------------------------------------- checkpoints
 
@@ -469,6 +565,8 @@ class _Run:
         started = time.monotonic()
         threads = [threading.Thread(target=self.worker, args=(i,), daemon=True) for i in range(cfg.workers)]
         threads += [threading.Thread(target=self.publisher, args=(i,), daemon=True) for i in range(cfg.publishers)]
+        if cfg.async_workers:
+            threads.append(threading.Thread(target=self.async_thread, daemon=True))
         if self.fake is not None:
             threads.append(threading.Thread(target=self.ticker, daemon=True))
         for th in threads:
@@ -550,6 +648,8 @@ class _Run:
             lease_lost=c.get("lease_lost", 0),
             stale_probes=c.get("stale_probes", 0),
             checkpoints=c.get("checkpoints", 0),
+            waited=c.get("waited", 0),
+            async_deliveries=c.get("async", 0),
             seconds=seconds,
         )
         problems = res.problems
@@ -678,6 +778,29 @@ def test_stress(impl: ModuleType, clock: str, groups: int, messages: int) -> Non
     print(result.summary())
     assert result.published == messages
     assert result.deliveries >= messages and result.crashes > 0 and result.parks > 0
+    assert result.checkpoints == 2
+    assert not result.problems, "\n".join(result.problems[:30])
+    assert result.max_group_concurrency == 1
+
+
+@pytest.mark.parametrize("clock", ["fake", "real"])
+@pytest.mark.parametrize(
+    "groups, messages",
+    [(3000, 8000), (16, 4000)],
+    ids=["3000-groups", "16-hot-groups"],
+)
+def test_stress_with_waiting_workers(impl: ModuleType, clock: str, groups: int, messages: int) -> None:
+    """Part 2: 3 polling workers, 3 waiting threads (``claim(timeout=)``) and
+    24 asyncio tasks (``aclaim``) with crashes, parks and late acks, while 3
+    publishers publish: messages are handed off by publish, ack, nack and
+    expiry.  The same guarantees, checked against the same log."""
+    cfg = StressConfig(impl=impl, clock=clock, groups=groups, messages=messages, seed=groups + 7,
+                       workers=6, waiting_workers=3, async_workers=24)
+    result = run_stress(cfg)
+    print(result.summary())
+    assert result.published == messages
+    assert result.deliveries >= messages and result.crashes > 0 and result.parks > 0
+    assert result.waited > 0 and result.async_deliveries > 0
     assert result.checkpoints == 2
     assert not result.problems, "\n".join(result.problems[:30])
     assert result.max_group_concurrency == 1

@@ -10,6 +10,9 @@ only important groups, and an expired lease frees its message again.
 ``InMemoryTransport`` is the compiled (Cython) implementation when it was
 built and imports, else the pure-Python twin; ``IMPLEMENTATION`` says which.
 Set ``LEASEQUEUE_NO_EXTENSIONS=1`` to force the pure one.
+
+``SQLiteTransport`` is the same contract in a SQLite file shared by
+processes (durable; events stored serialized); it is imported on first use.
 """
 
 from __future__ import annotations
@@ -24,17 +27,24 @@ __version__ = "0.1.0"
 
 __all__ = [
     "IMPLEMENTATION",
+    "JSON_SERIALIZER",
+    "PICKLE_SERIALIZER",
+    "EventDecodeError",
     "GroupInfo",
     "InMemoryTransport",
     "Lease",
     "LeaseLost",
     "LeaseQueueError",
+    "SQLiteTransport",
     "TransportStats",
     "__version__",
 ]
 
 #: True when ``LEASEQUEUE_NO_EXTENSIONS`` is set to a non-empty value.
 NO_EXTENSIONS: bool = bool(os.environ.get("LEASEQUEUE_NO_EXTENSIONS"))
+
+if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
+    from ._sqlite import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, SQLiteTransport
 
 IMPLEMENTATION: str
 if TYPE_CHECKING or NO_EXTENSIONS:
@@ -61,3 +71,31 @@ else:
         IMPLEMENTATION = "python"
     else:
         IMPLEMENTATION = "cython"
+
+
+def __getattr__(name: str) -> object:
+    """The durable backends are imported on first use.
+
+    ``SQLiteTransport`` (and its serializers) needs only the standard
+    library; ``PostgresTransport`` needs psycopg (the ``postgres`` extra), so
+    it is not in ``__all__`` either: ``from leasequeue import *`` does not
+    need it.
+    """
+    if name in ("SQLiteTransport", "JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
+        from . import _sqlite
+
+        return getattr(_sqlite, name)
+    if name == "PostgresTransport":
+        from ._postgres import PostgresTransport
+
+        globals()[name] = PostgresTransport
+        return PostgresTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__) | {"PostgresTransport"})
+
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresTransport as PostgresTransport

@@ -84,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", metavar="FILE.png", help="plot time per cycle vs N (needs matplotlib)")
     b.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     b.add_argument(
+        "--no-waiting", action="store_true", help="skip the waiting measurements (wake-up latency, throughput)"
+    )
+    b.add_argument(
+        "--waiting-only",
+        action="store_true",
+        help="only the waiting measurements: wake-up latency (thread and asyncio) and worker throughput",
+    )
+    b.add_argument("--wake-samples", type=int, metavar="S", help="wake-up samples per implementation and repeat")
+    b.add_argument(
         "--from-json",
         metavar="FILE",
         help="measure nothing: re-render the report (and --plot/--markdown) from a saved --json FILE",
@@ -125,11 +134,21 @@ def _bench(args: argparse.Namespace) -> int:
         cfg.memory_n = args.memory_n or None
     elif args.sizes:
         cfg.memory_n = max(args.sizes)
+    if args.no_waiting:
+        cfg.waiting = False
+    if args.waiting_only:
+        cfg.waiting = True
+        cfg.workloads = []
+        args.no_memory = True
+    if args.wake_samples:
+        cfg.wake_samples = max(2, args.wake_samples)
     if args.from_json:
         with open(args.from_json, encoding="utf-8") as f:
             report = json.load(f)
         saved = bench.BenchConfig(**report["meta"]["config"])
-        report["targets"] = bench.evaluate_goals(saved, report["results"], report["ratios"], report["memory"])
+        report["targets"] = bench.evaluate_goals(
+            saved, report["results"], report["ratios"], report["memory"], report.get("waiting")
+        )
     else:
         report = bench.run(cfg, progress=not args.no_progress, memory=not args.no_memory)
     md = bench.render_markdown(report)

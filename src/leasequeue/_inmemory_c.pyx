@@ -24,6 +24,9 @@ own (included below, in the order of the pure module's sections):
   is one walk).
 * locked groups with a finite expiry (``_inmemory_expiry.pxi``): an indexed
   min-heap keyed by expiry.
+* waiting claims (``_inmemory_waiters.pxi``): a FIFO of waiter records per
+  priority floor; the sleeping and waking is ``_waiting.py``, shared with
+  the pure twin.
 
 Each structure is a C struct the transport holds, with ``cdef ...
 noexcept`` functions (``inline`` where hot) taking a pointer to it
@@ -56,11 +59,15 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memmove
 
 import time
 
 from ._errors import LeaseLost
 from ._types import PARKED, TransportStats
+from ._waiting import aclaim_wait as _aclaim_wait
+from ._waiting import claim_wait as _claim_wait
+from ._waiting import poke_timer as _poke_timer
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 
@@ -167,6 +174,7 @@ include "_inmemory_ids.pxi"         # IdTable: group id -> group slot
 include "_inmemory_ready.pxi"       # ReadySet: a heap of ready groups per level, the level treap
 include "_inmemory_expiry.pxi"      # ExpiryHeap: locked groups by expiry
 include "_inmemory_storage.pxi"     # MessageStore, GroupStore: the records, grow, forget, compact
+include "_inmemory_waiters.pxi"     # _Waiter, WaiterQueues: the waiting claims (THE ENTRY POINT: see there)
 
 
 # -------------------------------------------------------------- transport
@@ -186,11 +194,15 @@ cdef class InMemoryTransport:
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``, ``extend``,
-    ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
-    held.  The transport's time never runs backwards: an operation whose
-    clock reading is older than a time an earlier operation used (a racing
-    thread, or a clock turned back) uses that later time instead.  Every
-    method is atomic and thread-safe.
+    ``stats`` and ``nack(delay > 0)`` (and by ``publish``, ``ack`` and
+    ``nack(0)`` while a claim waits for work), never while the transport's
+    lock is held.  The transport's time never runs backwards: an operation
+    whose clock reading is older than a time an earlier operation used (a
+    racing thread, or a clock turned back) uses that later time instead.
+    Every method is atomic and thread-safe.
+
+    ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
+    asyncio event loop; ``close()`` ends every wait.
     """
 
     cdef lq_mutex _lock
@@ -222,12 +234,25 @@ cdef class InMemoryTransport:
     cdef int64_t _leased            # groups whose lock is _LEASED
     cdef int64_t _parked            # groups whose lock is _PARKED
 
+    # waiting claims (_inmemory_waiters.pxi)
+    cdef WaiterQueues _wq           # the queued records; _wq.count: anyone waiting?
+    cdef object _chain              # records promised a wake, detached and woken after the lock
+    cdef double _timer_at           # clock time the expiry timer is armed for
+    cdef bint _poke                 # the timer must be poked after the lock is released
+    cdef public object _timer       # the expiry timer (_waiting.py), started on first use
+    cdef readonly bint _closed
+    cdef int64_t _wakeups[2]        # wakes promised: hand-offs, close (for tests)
+
     def __cinit__(self, *args, **kwargs):
         messages_init(&self._messages)
         groups_init(&self._groups)
         ids_init(&self._ids)
         ready_init(&self._ready)
         expiry_init(&self._expiry)
+        waiters_init(&self._wq)
+        self._chain = None
+        self._timer = None
+        self._timer_at = _INF
         self._group_ids = []
         self._events = []
         self._owner = object()
@@ -239,6 +264,7 @@ cdef class InMemoryTransport:
         ids_free(&self._ids)
         ready_free(&self._ready)
         expiry_free(&self._expiry)
+        waiters_free(&self._wq)
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         if not callable(clock):
@@ -280,13 +306,17 @@ cdef class InMemoryTransport:
                 rc = self._publish_slow(gid, h, event, prio, slot, &seq)
         finally:
             lq_unlock(&self._lock)
+        if self._wq.count:
+            self._serve_waiters(0.0, 0)
         if rc != _OK:
             if rc == _FULL:
                 raise OverflowError("the transport is full: too many messages or groups")
             raise MemoryError()
         return seq
 
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[Lease]:
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
+    ) -> Optional[Lease]:
         """Lease the next message to ``worker_id`` for ``visibility`` seconds.
 
         First every lease or park whose ``expires_at < now`` expires.  Then,
@@ -295,9 +325,18 @@ cdef class InMemoryTransport:
         recently (never-claimed groups first, by their oldest message) has
         its oldest message leased until ``now + visibility``.  Returns the
         ``Lease``, or ``None`` when no group is eligible.
+
+        ``timeout`` (seconds of real time) makes the claim wait, when no
+        group is eligible, for a message to become claimable: ``0`` (the
+        default) never waits, ``None`` waits with no deadline.  Among waiting
+        claims whose ``min_priority`` admits a message, the one that has
+        waited longest gets it.  A waiting claim returns ``None`` at its
+        deadline, and at once when the transport is closed (``close()``).
+        An exception in the waiting thread (``KeyboardInterrupt``) ends the
+        wait and leaves nothing leased on its behalf.
         """
         cdef str wid
-        cdef double vis, now, expires_at = 0.0
+        cdef double vis, now, wait, expires_at = 0.0
         cdef int64_t minp
         cdef int32_t lv = -1, slot = -1, head
         cdef int64_t seq = 0, attempt = 0
@@ -312,7 +351,14 @@ cdef class InMemoryTransport:
         else:
             vis = _check_duration(visibility, "visibility")
         minp = _priority(min_priority, "min_priority")
-        now = self._now()
+        if timeout is not 0.0:  # the default object: a claim that does not wait pays this test
+            wait = _check_timeout(timeout)
+            if wait != 0.0:
+                return self._claim_wait(wid, vis, minp, wait)
+        if self._wall_clock:  # _now() by hand: gcc no longer inlines it here
+            now = lq_wall_time()
+        else:
+            now = self._now()
         lq_lock(&self._lock)
         try:
             if expiry_make_room(&self._expiry) != _OK:
@@ -346,6 +392,8 @@ cdef class InMemoryTransport:
                 gid = <object>g.gid
         finally:
             lq_unlock(&self._lock)
+        if self._wq.count:  # expiry may have freed groups; our lease may expire first
+            self._serve_waiters(now, 1)
         if slot < 0:
             if lv == -2:
                 raise MemoryError()
@@ -384,6 +432,9 @@ cdef class InMemoryTransport:
             lq_unlock(&self._lock)
         if slot < 0:
             raise LeaseLost(_lost_message(<Lease>lease))
+        if self._wq.count:
+            spent = None  # the event's __del__ may run here, outside the lock
+            self._serve_waiters(0.0, 0)
 
     def nack(self, lease: Lease, delay: float = 0.0) -> None:
         """Give the message back: retry now (``delay == 0``) or park it.
@@ -434,6 +485,8 @@ cdef class InMemoryTransport:
             if slot == -2:
                 raise MemoryError()
             raise LeaseLost(_lost_message(<Lease>lease))
+        if self._wq.count:
+            self._serve_waiters(now, d > 0.0)
 
     def extend(self, lease: Lease, visibility: float) -> Lease:
         """Heartbeat: lease the same message again until ``now + visibility``.
@@ -479,6 +532,8 @@ cdef class InMemoryTransport:
             if slot == -2:
                 raise MemoryError()
             raise LeaseLost(_lost_message(old))
+        if self._wq.count:
+            self._serve_waiters(now, 1)
         return _issue(
             old._cseq, old.group_id, old.event, old.worker_id, expires_at,
             old._cattempt, self._owner, slot,
@@ -505,6 +560,8 @@ cdef class InMemoryTransport:
             parked = self._parked
         finally:
             lq_unlock(&self._lock)
+        if self._wq.count:
+            self._serve_waiters(now, 1)
         return TransportStats(messages, groups, leased, parked)
 
     def __len__(self) -> int:
@@ -515,8 +572,49 @@ cdef class InMemoryTransport:
         lq_unlock(&self._lock)
         return n
 
+    async def aclaim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = None
+    ) -> Optional[Lease]:
+        """``claim`` for asyncio: wait in the running event loop, not a thread.
+
+        The arguments are those of ``claim``, checked when the coroutine
+        runs; ``timeout`` defaults to ``None`` (no deadline), ``0`` never
+        waits.  A publish, ack or nack from any thread, or from another
+        event loop, wakes it.  Cancelling the task (or ``asyncio.timeout``)
+        ends the wait and leaves nothing leased on its behalf: a message that
+        was about to go to it goes to the next waiting claim.
+        """
+        wid = _check_worker(worker_id)
+        vis = _check_duration(visibility, "visibility")
+        minp = _check_priority(min_priority, "min_priority")
+        wait = _check_timeout(timeout)
+        if wait == 0.0:
+            return self.claim(wid, vis, minp)
+        return await _aclaim_wait(self, wid, vis, minp, wait)
+
     def close(self) -> None:
-        """Does nothing (state lives with the process); safe to call twice."""
+        """End the waiting: every waiting claim returns ``None`` now, and from
+        now on a claim with a non-zero ``timeout`` returns ``None`` at once.
+
+        Everything else works as before (``timeout=0`` claims, publish, ack,
+        nack...).  Idempotent; ``closed`` tells whether it was called.
+        """
+        cdef object chain
+        lq_lock(&self._lock)
+        self._closed = 1
+        self._close_waiters()
+        chain = self._chain
+        self._chain = None
+        self._poke = 0
+        lq_unlock(&self._lock)
+        wake_chain(chain)
+        if self._timer is not None:
+            self._timer.poke()  # it sees the transport closed and ends
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
 
     def __enter__(self) -> "InMemoryTransport":
         return self
@@ -669,3 +767,306 @@ cdef class InMemoryTransport:
     cdef void _compact_messages(self) noexcept:
         """Renumber live messages into smaller arrays (``messages_compact``)."""
         messages_compact(&self._messages, self._events, &self._groups)
+
+    # -- waiting claims (_inmemory_waiters.pxi; _waiting.py is the other side)
+
+    cdef object _claim_wait(self, str wid, double vis, int64_t minp, double wait):
+        """``claim`` with a non-zero ``timeout``: ``_waiting.claim_wait``."""
+        return _claim_wait(self, wid, vis, minp, wait)
+
+    cdef double _read_clock(self) except? -1.0:
+        """``_now`` for the waiting paths, apart so that ``_now`` stays inlined
+        in the operations (gcc stops inlining it when it has more callers)."""
+        if self._wall_clock:
+            return lq_wall_time()
+        return _check_time(self._clock())
+
+    cdef int _serve_waiters(self, double now, bint have_now) except -1:
+        """THE ENTRY POINT (see _inmemory_waiters.pxi): serve the waiting claims.
+
+        Call it *after* releasing the lock, when ``self._wq.count``, at the
+        end of any operation that may have made a message claimable or that
+        read the clock; ``now`` is that operation's clock reading when
+        ``have_now``, else the clock is read here.  If that read fails,
+        nothing is handed over and the expiry timer is asked to look for
+        itself: the operation does not fail.
+        """
+        cdef object chain
+        cdef object error = None
+        cdef bint poke
+        if not have_now:
+            try:
+                now = self._read_clock()
+                have_now = 1
+            except BaseException as exc:
+                error = exc
+        lq_lock(&self._lock)
+        if self._wq.count:
+            if have_now:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                self._serve_locked(now)
+            else:
+                self._timer_at = -_INF  # the timer looks now, with its own reading
+                self._poke = 1
+        chain = self._chain
+        self._chain = None
+        poke = self._poke
+        self._poke = 0
+        lq_unlock(&self._lock)
+        self._wake(chain, poke)
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt and the like: not swallowed
+        return 0
+
+    cdef int _wake(self, object chain, bint poke) except -1:
+        """Run the promised wakes and poke the timer (after the lock is released)."""
+        wake_chain(chain)
+        if poke:
+            _poke_timer(self)
+        return 0
+
+    # Everything below runs with self._lock held.
+
+    cdef int _serve_locked(self, double now) noexcept:
+        """Hand every claimable message to the waiting claim it belongs to
+        (``now``: the transport time), then arm the timer.  _NOMEM if the
+        expiry heap could not grow (hand-offs stop there)."""
+        cdef int32_t i
+        cdef _Waiter best, head
+        cdef int rc = _OK
+        if self._closed:
+            self._close_waiters()
+            return _OK
+        if expiry_due(&self._expiry, now):
+            self._expire(now)
+        while self._wq.count:
+            best = None
+            for i in range(self._wq.n):
+                if ready_best(&self._ready, self._wq.q[i].floor) < 0:
+                    break  # nor does any higher floor admit a ready group
+                head = <_Waiter>self._wq.q[i].head
+                if best is None or head.arrival < best.arrival:
+                    best = head
+            if best is None:
+                break
+            if expiry_make_room(&self._expiry) != _OK:
+                rc = _NOMEM
+                break
+            self._hand_off(best, ready_best(&self._ready, best.floor), now)
+            if self._promise(best):
+                self._wakeups[0] += 1
+        self._arm_timer()
+        return rc
+
+    cdef void _hand_off(self, _Waiter w, int32_t lv, double now) noexcept:
+        """Claim for ``w`` (queued) the top group of level ``lv`` as ``claim``
+        would, keep the lease and the undo data on it, take it off the queue.
+        The expiry heap has room."""
+        cdef int32_t slot = ready_pop(&self._ready, lv)
+        cdef Group *g = &self._groups.at[slot]
+        cdef double expires_at
+        w.prev_key = g.key
+        w.prev_claimed_at = g.claimed_at
+        w.prev_open = g.open
+        self._claims += 1
+        g.key = self._claims
+        g.claimed_at = now
+        g.attempt += 1
+        g.open = 1
+        g.lock = _LEASED
+        expires_at = now + w.visibility
+        g.expires_at = expires_at
+        self._leased += 1
+        if expires_at != _INF:
+            expiry_push(&self._expiry, slot, expires_at)
+        w.seq = self._messages.at[g.head].seq
+        w.attempt = g.attempt
+        w.expires_at = expires_at
+        w.slot = slot
+        w.event = lq_list_get(self._events, g.head)  # the record held None: nothing is freed
+        w.gid = <object>g.gid
+        waiters_remove(&self._wq, w)
+        w.state = _W_HANDED
+
+    cdef bint _undo(self, _Waiter w) noexcept:
+        """Take back the claim ``_hand_off`` made for ``w``, exactly, if that
+        delivery is still current: the group is ready again with its old
+        round-robin key, attempt count, open flag and ``last_claimed_at``."""
+        cdef int32_t slot = w.slot
+        cdef Group *g
+        if slot < 0 or slot >= self._groups.cap or self._groups.at[slot].count == 0 or (
+            self._messages.at[self._groups.at[slot].head].seq != w.seq
+        ):
+            # the group moved (compaction) or is gone: find it by its id
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>w.gid, <uint32_t>lq_str_hash(w.gid))
+            if slot < 0 or self._messages.at[self._groups.at[slot].head].seq != w.seq:
+                return 0
+        g = &self._groups.at[slot]
+        if not g.open or g.attempt != w.attempt:
+            return 0  # re-delivered since (its lease expired): nothing of it left
+        if ready_contains(&self._ready, slot):  # expired: ready under the hand-off's key
+            self._unready(slot)
+        if g.lock != _FREE:
+            self._unlock(slot)
+        g.attempt = w.attempt - 1
+        g.open = w.prev_open
+        g.key = w.prev_key
+        g.claimed_at = w.prev_claimed_at
+        self._make_ready(slot)  # control plane (merge): not if the group was paused meanwhile
+        return 1
+
+    cdef inline bint _promise(self, _Waiter w) noexcept:
+        """Promise ``w`` a wake (run after the lock); False if it has one."""
+        if w.pending:
+            return 0
+        w.pending = 1
+        w.chain = self._chain  # w.chain was None: nothing is freed
+        self._chain = w        # the old head is referenced by w.chain now
+        return 1
+
+    cdef inline void _arm_timer(self) noexcept:
+        """While claims wait, the expiry timer must fire by the earliest expiry."""
+        if self._wq.count and self._expiry.size and self._expiry.entries[0].at < self._timer_at:
+            self._timer_at = self._expiry.entries[0].at
+            self._poke = 1
+
+    cdef void _close_waiters(self) noexcept:
+        """``close()``: every queued record is woken as CLOSED."""
+        cdef int32_t i
+        cdef PyObject *p
+        cdef _Waiter w
+        for i in range(self._wq.n):
+            p = self._wq.q[i].head
+            while p != NULL:
+                w = <_Waiter>p
+                p = w.next
+                w.prev = NULL
+                w.next = NULL
+                w.state = _W_CLOSED
+                if self._promise(w):
+                    self._wakeups[1] += 1
+        self._wq.n = 0
+        self._wq.count = 0
+
+    cdef bint _end_locked(self, _Waiter w, bint keep) noexcept:
+        """``_wait_end`` under the lock: True if ``w`` keeps a handed lease."""
+        if w.state == _W_WAITING:
+            waiters_remove(&self._wq, w)
+            w.state = _W_IDLE
+        elif w.state == _W_HANDED:
+            w.state = _W_IDLE
+            if keep:
+                return 1
+            if self._undo(w) and self._wq.count:
+                self._serve_locked(self._time)
+        else:
+            w.state = _W_IDLE
+        return 0
+
+    # -- waiting claims: what _waiting.py calls (see its docstring)
+
+    def _waiter(self, worker_id, visibility, min_priority, wake):
+        """A new waiter record (arguments already checked)."""
+        cdef _Waiter w = _Waiter.__new__(_Waiter)
+        w.worker_id = worker_id
+        w.visibility = visibility
+        w.floor = min_priority
+        w.wake = wake
+        return w
+
+    def _wait_start(self, _Waiter w):
+        """Read the clock; claim for ``w`` or queue it (see ``_waiting.py``)."""
+        cdef double now = self._read_clock()
+        cdef int rc = _OK
+        cdef object chain
+        cdef bint poke
+        lq_lock(&self._lock)
+        if self._closed:
+            w.state = _W_CLOSED
+        elif waiters_reserve(&self._wq) != _OK:
+            rc = _NOMEM
+        else:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
+            waiters_push(&self._wq, w)
+            w.state = _W_WAITING
+            w.pending = 1  # its owner is running this: no wake for it
+            rc = self._serve_locked(now)
+            if w.state == _W_WAITING:
+                w.pending = 0
+                if rc != _OK:  # its own claim could not be made
+                    waiters_remove(&self._wq, w)
+                    w.state = _W_IDLE
+            else:
+                rc = _OK
+        chain = self._chain
+        self._chain = None
+        poke = self._poke
+        self._poke = 0
+        lq_unlock(&self._lock)
+        self._wake(chain, poke)
+        if rc != _OK:
+            raise MemoryError()
+        if w.state == _W_HANDED:
+            w.state = _W_IDLE
+            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot)
+        return None
+
+    def _wait_end(self, _Waiter w, bint keep):
+        """End ``w``'s wait: its handed lease if ``keep``, else an exact undo
+        of the hand-off (the message goes to the next waiter).  Never raises."""
+        cdef bint kept, poke
+        cdef object chain
+        lq_lock(&self._lock)
+        kept = self._end_locked(w, keep)
+        chain = self._chain
+        self._chain = None
+        poke = self._poke
+        self._poke = 0
+        lq_unlock(&self._lock)
+        self._wake(chain, poke)
+        if kept:
+            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot)
+        return None
+
+    def _timer_fire(self):
+        """For the expiry timer, when the time it is armed for is due: read
+        the clock; if claims wait, expire and serve.  Returns the time used."""
+        cdef double now = self._read_clock()
+        cdef object chain
+        lq_lock(&self._lock)
+        self._timer_at = _INF
+        if self._wq.count:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
+            self._serve_locked(now)  # arms the timer again if claims still wait
+        self._poke = 0  # this is the timer: it knows
+        chain = self._chain
+        self._chain = None
+        lq_unlock(&self._lock)
+        wake_chain(chain)
+        return now
+
+    def _timer_due(self):
+        """For the expiry timer: (the clock time it is armed for, the transport time)."""
+        cdef double at, base
+        lq_lock(&self._lock)
+        at = self._timer_at
+        base = self._time
+        lq_unlock(&self._lock)
+        return (at, base)
+
+    def _waiting_count(self):
+        """Waiting claims queued now; for tests."""
+        return self._wq.count
+
+    def _wake_counts(self):
+        """Wakes promised to waiting claims so far: (hand-offs, close); for tests."""
+        return (self._wakeups[0], self._wakeups[1])

@@ -29,8 +29,10 @@ same names, so the two can be read side by side: Lease
 (``_inmemory_lease.pxi``), validation (``_inmemory_validation.pxi``), the
 group-id table (``_inmemory_ids.pxi``), the ready heaps and the level treap
 (``_inmemory_ready.pxi``), the expiry heap (``_inmemory_expiry.pxi``),
-message/group storage (``_inmemory_storage.pxi``), then the transport, whose
-internal methods follow the same order.
+message/group storage (``_inmemory_storage.pxi``), the waiting claims
+(``_inmemory_waiters.pxi``; the sleeping and waking is ``_waiting.py``,
+shared by both), then the transport, whose internal methods follow the same
+order.
 
 Thread safety: one ``threading.Lock``.  No user code runs under it: the clock
 is read before taking it, ``str`` subclasses are converted to ``str`` before
@@ -45,9 +47,11 @@ import math
 import random
 import threading
 import time
+from bisect import insort
 from heapq import heapify, heappop, heappush
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import _waiting
 from ._errors import LeaseLost
 from ._types import PARKED, TransportStats
 from ._validation import (
@@ -57,8 +61,13 @@ from ._validation import (
     check_id as _check_id,
     check_priority as _check_priority,
     check_time as _check_time,
+    check_timeout as _check_timeout,
     check_worker as _check_worker,
 )
+from ._waiting import CLOSED as _W_CLOSED
+from ._waiting import HANDED as _W_HANDED
+from ._waiting import IDLE as _W_IDLE
+from ._waiting import WAITING as _W_WAITING
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 
@@ -72,6 +81,10 @@ _LEASED = 1
 _PARKED = 2
 
 _INF = math.inf
+
+# The default ``timeout`` of ``claim``: compared by identity first, so that a
+# claim that does not wait pays one test for the argument.
+_NO_WAIT = 0.0
 
 
 _osetattr = object.__setattr__
@@ -369,6 +382,112 @@ class _Group:
         self.tick = 0
 
 
+# ------------------------------------------------------------------- waiters
+#
+# Waiting claims (``claim(timeout=...)``, ``aclaim``): the Cython twin's
+# ``_inmemory_waiters.pxi``.  Sleeping and waking is ``_waiting.py``, shared
+# by both twins; the core keeps the queue of waiting claims under its lock
+# and serves it there (``InMemoryTransport._serve_locked``).
+#
+# THE ENTRY POINT.  Every operation that may have made a message claimable
+# (publish, ack, nack(0); the control plane's resume and set_priority; the
+# batches publish_many and ack_many), or that read the clock and so may have
+# expired locks or pushed an expiry earlier than the expiry timer is armed
+# for (claim, stats, extend, nack(delay > 0), claim_many, group(),
+# groups()), ends, *after* releasing the lock, with
+#
+#     if self._nwaiting:
+#         self._serve_waiters(now)    # its clock reading, or None if it read none
+#
+# With nobody waiting that test is the whole cost.  ``_nwaiting`` is read
+# without the lock, which is enough: a waiting claim queues itself and serves
+# the queue in one locked step, so either that step sees the operation's
+# message, or the operation's read (after its own locked step) sees the
+# claim waiting.  ``_serve_waiters`` takes the lock, hands every claimable
+# message to the waiting claim it belongs to, and wakes those claims after
+# releasing the lock.
+#
+# The queue: one FIFO of waiter records per distinct floor (``min_priority``)
+# in ``_wqueues``, the floors ascending in ``_wfloors``; each record is
+# numbered by arrival.  The floors that admit some ready group are a prefix
+# of ``_wfloors`` (a floor admits a subset of what any lower floor admits),
+# so the longest waiting claim that some ready group admits is the smallest
+# arrival among the heads of that prefix: O(F log L) to find (F floors
+# waiting, L priority levels), whatever the number of waiters.
+#
+# Hand-off (``_hand_off``): a claim on the waiter's behalf, exactly as
+# ``claim`` makes it (lease until ``now + visibility``, claim counter,
+# attempt + 1, delivery open), of the group that claim would take; the
+# record keeps the lease's fields and what the claim changed (the group's
+# round-robin key, ``last_claimed_at``, the open flag of the delivery before),
+# so that ``_undo`` can take it back exactly when the waiter is interrupted
+# before it returns the lease.  The record leaves the queue and is promised
+# a wake (``_promise``: at most one outstanding per record, see
+# ``_waiting.py``); the wakes run after the lock is released (``_wake``).
+#
+# A waiting claim is woken only when it was served or closed (or by its own
+# deadline), never to look at the clock: expiry is watched by the
+# transport's expiry timer (``_waiting.py``).  Whenever claims wait and the
+# earliest expiry is earlier than ``_timer_at`` (the clock time the timer is
+# armed for), ``_arm_timer`` lowers it and the timer is poked after the lock
+# is released; the timer calls ``_timer_fire`` when that time is due.
+
+
+class _Waiter:
+    """A waiting claim, as the core keeps it (see the section comment)."""
+
+    __slots__ = (
+        "worker_id",
+        "visibility",
+        "floor",  # min_priority
+        "wake",  # the waiting side's wake-up primitive (called after the lock)
+        "state",  # _waiting.IDLE / WAITING / HANDED / CLOSED
+        "pending",  # its wake is promised (or its owner is running): no other
+        "arrival",  # order of arrival in the queue
+        "prev",  # neighbours in its floor's FIFO
+        "next",
+        # the lease handed over
+        "seq",
+        "group_id",
+        "event",
+        "expires_at",
+        "attempt",
+        # what the hand-off changed, for an exact undo
+        "prev_key",
+        "prev_claimed_at",
+        "prev_open",
+    )
+
+    def __init__(self, worker_id: str, visibility: float, floor: int, wake: Callable[[], None]) -> None:
+        self.worker_id = worker_id
+        self.visibility = visibility
+        self.floor = floor
+        self.wake = wake
+        self.state = _W_IDLE
+        self.pending = False
+        self.arrival = 0
+        self.prev: Optional[_Waiter] = None
+        self.next: Optional[_Waiter] = None
+        self.seq = 0
+        self.group_id = ""
+        self.event: Any = None
+        self.expires_at = 0.0
+        self.attempt = 0
+        self.prev_key = 0
+        self.prev_claimed_at = 0.0
+        self.prev_open = False
+
+
+class _FloorQueue:
+    """The FIFO of the waiter records of one floor (a doubly linked list)."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self) -> None:
+        self.head: Optional[_Waiter] = None
+        self.tail: Optional[_Waiter] = None
+
+
 # ---------------------------------------------------------------- transport
 
 
@@ -385,11 +504,15 @@ class InMemoryTransport:
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``, ``extend``,
-    ``stats`` and ``nack(delay > 0)``, never while the transport's lock is
-    held.  The transport's time never runs backwards: an operation whose
-    clock reading is older than a time an earlier operation used (a racing
-    thread, or a clock turned back) uses that later time instead.  Every
-    method is atomic and thread-safe.
+    ``stats`` and ``nack(delay > 0)`` (and by ``publish``, ``ack`` and
+    ``nack(0)`` while a claim waits for work), never while the transport's
+    lock is held.  The transport's time never runs backwards: an operation
+    whose clock reading is older than a time an earlier operation used (a
+    racing thread, or a clock turned back) uses that later time instead.
+    Every method is atomic and thread-safe.
+
+    ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
+    asyncio event loop; ``close()`` ends every wait.
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -420,6 +543,17 @@ class InMemoryTransport:
         self._messages = 0
         self._leased = 0  # groups whose lock is _LEASED (expired or not)
         self._parked = 0  # groups whose lock is _PARKED (expired or not)
+        # waiting claims (the waiters section)
+        self._closed = False
+        self._nwaiting = 0  # queued waiter records
+        self._wqueues: Dict[int, _FloorQueue] = {}  # floor -> its FIFO
+        self._wfloors: List[int] = []  # the floors of _wqueues, ascending
+        self._arrivals = 0
+        self._timer_at = _INF  # clock time the expiry timer is armed for
+        self._timer: Any = None  # the expiry timer (_waiting.py), started on first use
+        self._poke = False  # the timer must be poked after the lock is released
+        self._orphans: List[_Waiter] = []  # records ended from nested user code (see _wait_end)
+        self._wakeups = [0, 0]  # wakes promised: hand-offs, close (for tests)
 
     # -------------------------------------------------------------- public
 
@@ -452,9 +586,13 @@ class InMemoryTransport:
                 raise
             finally:
                 self._settle()
+        if self._nwaiting:
+            self._serve_waiters(None)
         return seq
 
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[Lease]:
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = _NO_WAIT
+    ) -> Optional[Lease]:
         """Lease the next message to ``worker_id`` for ``visibility`` seconds.
 
         First every lease or park whose ``expires_at < now`` expires.  Then,
@@ -463,6 +601,15 @@ class InMemoryTransport:
         recently (never-claimed groups first, by their oldest message) has
         its oldest message leased until ``now + visibility``.  Returns the
         ``Lease``, or ``None`` when no group is eligible.
+
+        ``timeout`` (seconds of real time) makes the claim wait, when no
+        group is eligible, for a message to become claimable: ``0`` (the
+        default) never waits, ``None`` waits with no deadline.  Among waiting
+        claims whose ``min_priority`` admits a message, the one that has
+        waited longest gets it.  A waiting claim returns ``None`` at its
+        deadline, and at once when the transport is closed (``close()``).
+        An exception in the waiting thread (``KeyboardInterrupt``) ends the
+        wait and leaves nothing leased on its behalf.
         """
         # Fast paths for the common argument types; the _check_* helpers
         # convert or raise for everything else.
@@ -472,6 +619,10 @@ class InMemoryTransport:
             visibility = _check_duration(visibility, "visibility")
         if type(min_priority) is not int or not _INT64_MIN <= min_priority <= _INT64_MAX:
             min_priority = _check_priority(min_priority, "min_priority")
+        if timeout is not _NO_WAIT:
+            wait = _check_timeout(timeout)
+            if wait != 0.0:
+                return _waiting.claim_wait(self, worker_id, visibility, min_priority, wait)
         now = self._clock()
         if type(now) is not float or now - now != 0.0:
             now = _check_time(now)
@@ -487,43 +638,47 @@ class InMemoryTransport:
                 expiry = self._expiry
                 if expiry and expiry[0][0] < now:
                     self._expire(now)
+                group = None
                 root = self._root
                 if root is None:
-                    return None
-                if root.left is None and root.right is None:
+                    pass
+                elif root.left is None and root.right is None:
                     # One priority level: its heap top is the answer.
                     heap = root.heap
-                    if not heap or root.priority < min_priority:
-                        return None
-                    group = heap[0][1]
-                    expires_at = now + visibility
-                    self._lock_group(group, _LEASED, worker_id, expires_at)
-                    heappop(heap)
-                    group.ready_key = None
-                    while heap:  # drop stale entries so the top stays valid
-                        key, top = heap[0]
-                        if top.ready_key == key:
-                            break
+                    if heap and root.priority >= min_priority:
+                        group = heap[0][1]
+                        expires_at = now + visibility
+                        self._lock_group(group, _LEASED, worker_id, expires_at)
                         heappop(heap)
-                        root.stale -= 1
-                    root.best = heap[0] if heap else None
+                        group.ready_key = None
+                        while heap:  # drop stale entries so the top stays valid
+                            key, top = heap[0]
+                            if top.ready_key == key:
+                                break
+                            heappop(heap)
+                            root.stale -= 1
+                        root.best = heap[0] if heap else None
                 else:
                     entry = self._find(min_priority)
-                    if entry is None:
-                        return None
-                    group = entry[1]
-                    expires_at = now + visibility
-                    self._lock_group(group, _LEASED, worker_id, expires_at)
-                    self._take_top(group.level)
-                self._claims = claims = self._claims + 1
-                group.key = claims
-                group.last_claimed_at = now
-                group.attempt = attempt = group.attempt + 1
-                group.open = True
-                seq, event = group.messages[group.head]  # type: ignore[misc]
-                group_id = group.group_id
+                    if entry is not None:
+                        group = entry[1]
+                        expires_at = now + visibility
+                        self._lock_group(group, _LEASED, worker_id, expires_at)
+                        self._take_top(group.level)
+                if group is not None:
+                    self._claims = claims = self._claims + 1
+                    group.key = claims
+                    group.last_claimed_at = now
+                    group.attempt = attempt = group.attempt + 1
+                    group.open = True
+                    seq, event = group.messages[group.head]  # type: ignore[misc]
+                    group_id = group.group_id
             finally:
                 self._settle()
+        if self._nwaiting:  # expiry may have freed groups; our lease may expire first
+            self._serve_waiters(now)
+        if group is None:
+            return None
         return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner)
 
     def ack(self, lease: Lease) -> None:
@@ -567,6 +722,8 @@ class InMemoryTransport:
         if group is None:
             raise LeaseLost(_lost_message(lease))
         del spent  # the event's __del__ may run here, outside the lock
+        if self._nwaiting:
+            self._serve_waiters(None)
 
     def nack(self, lease: Lease, delay: float = 0.0) -> None:
         """Give the message back: retry now (``delay == 0``) or park it.
@@ -603,6 +760,8 @@ class InMemoryTransport:
                 self._settle()
         if group is None:
             raise LeaseLost(_lost_message(lease))
+        if self._nwaiting:
+            self._serve_waiters(now if delay > 0.0 else None)
 
     def extend(self, lease: Lease, visibility: float) -> Lease:
         """Heartbeat: lease the same message again until ``now + visibility``.
@@ -634,6 +793,8 @@ class InMemoryTransport:
                 self._settle()
         if group is None:
             raise LeaseLost(_lost_message(lease))
+        if self._nwaiting:
+            self._serve_waiters(now)
         return _issue(
             lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt, self._owner
         )
@@ -659,6 +820,8 @@ class InMemoryTransport:
                 counts = (self._messages, len(self._groups), self._leased, self._parked)
             finally:
                 self._settle()
+        if self._nwaiting:
+            self._serve_waiters(now)
         return TransportStats(*counts)
 
     def __copy__(self) -> "InMemoryTransport":
@@ -674,8 +837,52 @@ class InMemoryTransport:
         """Messages held: ready + leased + parked."""
         return self._messages
 
+    async def aclaim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = None
+    ) -> Optional[Lease]:
+        """``claim`` for asyncio: wait in the running event loop, not a thread.
+
+        The arguments are those of ``claim``, checked when the coroutine
+        runs; ``timeout`` defaults to ``None`` (no deadline), ``0`` never
+        waits.  A publish, ack or nack from any thread, or from another
+        event loop, wakes it.  Cancelling the task (or ``asyncio.timeout``)
+        ends the wait and leaves nothing leased on its behalf: a message that
+        was about to go to it goes to the next waiting claim.
+        """
+        if type(worker_id) is not str or worker_id == PARKED:
+            worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        min_priority = _check_priority(min_priority, "min_priority")
+        wait = _check_timeout(timeout)
+        if wait == 0.0:
+            return self.claim(worker_id, visibility, min_priority)
+        return await _waiting.aclaim_wait(self, worker_id, visibility, min_priority, wait)
+
     def close(self) -> None:
-        """Does nothing (state lives with the process); safe to call twice."""
+        """End the waiting: every waiting claim returns ``None`` now, and from
+        now on a claim with a non-zero ``timeout`` returns ``None`` at once.
+
+        Everything else works as before (``timeout=0`` claims, publish, ack,
+        nack...).  Idempotent; ``closed`` tells whether it was called.
+        """
+        chain: List[_Waiter] = []
+        with self._lock:
+            self._closed = True
+            if self._busy:
+                return  # nested in an operation: its _serve_waiters wakes them
+            self._busy = True
+            try:
+                self._close_waiters(chain)
+            finally:
+                self._settle()
+        self._wake(chain)
+        if self._timer is not None:
+            self._timer.poke()  # it sees the transport closed and ends
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
 
     def __enter__(self) -> "InMemoryTransport":
         return self
@@ -923,6 +1130,312 @@ class InMemoryTransport:
         group.messages = []
         group.group_id = ""
         group.level = None  # type: ignore[assignment]
+
+    # -- waiting claims (the waiters section; _waiting.py is the other side)
+
+    def _serve_waiters(self, now: Optional[float]) -> None:
+        """THE ENTRY POINT (see the waiters section): serve the waiting claims.
+
+        Call it *after* releasing the lock, when ``self._nwaiting``, at the
+        end of any operation that may have made a message claimable or that
+        read the clock; ``now`` is that operation's clock reading, or None
+        when it read none (the clock is read here then).  If that read fails,
+        nothing is handed over and the expiry timer is asked to look for
+        itself: the operation does not fail.
+        """
+        error: Optional[BaseException] = None
+        if now is None:
+            try:
+                now = _check_time(self._clock())
+            except BaseException as exc:  # noqa: B036 - re-raised below unless an ordinary error
+                error = exc
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                return  # user code nested in an operation: that operation serves
+            self._busy = True
+            try:
+                if self._nwaiting or self._orphans:
+                    if now is None:
+                        self._timer_at = -_INF  # the timer looks now, with its own reading
+                        self._poke = True
+                    else:
+                        if now < self._time:
+                            now = self._time
+                        else:
+                            self._time = now
+                        self._serve_locked(now, chain)
+            finally:
+                self._settle()
+        self._wake(chain)
+        if error is not None and not isinstance(error, Exception):
+            raise error  # KeyboardInterrupt and the like: not swallowed
+
+    def _serve_locked(self, now: float, chain: List[_Waiter]) -> None:
+        """Hand every claimable message to the waiting claim it belongs to
+        (lock held; ``now`` is the transport time), then arm the timer."""
+        if self._orphans:
+            self._end_orphans(chain)
+        if self._closed:
+            self._close_waiters(chain)
+            return
+        expiry = self._expiry
+        if expiry and expiry[0][0] < now:
+            self._expire(now)
+        queues = self._wqueues
+        while self._nwaiting:
+            best: Optional[_Waiter] = None
+            for floor in self._wfloors:
+                if self._find(floor) is None:
+                    break  # nor does any higher floor admit a ready group
+                head = queues[floor].head
+                assert head is not None
+                if best is None or head.arrival < best.arrival:
+                    best = head
+            if best is None:
+                break
+            self._hand_off(best, now)
+            if self._promise(best, chain):
+                self._wakeups[0] += 1
+        self._arm_timer()
+
+    def _hand_off(self, w: _Waiter, now: float) -> None:
+        """Claim for ``w`` (queued; some ready group admits it) as ``claim``
+        would, keep the lease and the undo data on it, take it off the queue."""
+        entry = self._find(w.floor)
+        assert entry is not None
+        group = entry[1]
+        w.prev_key = group.key
+        w.prev_claimed_at = group.last_claimed_at
+        w.prev_open = group.open
+        expires_at = now + w.visibility
+        self._lock_group(group, _LEASED, w.worker_id, expires_at)
+        self._take_top(group.level)
+        self._claims = claims = self._claims + 1
+        group.key = claims
+        group.last_claimed_at = now
+        group.attempt = attempt = group.attempt + 1
+        group.open = True
+        w.seq, w.event = group.messages[group.head]  # type: ignore[misc]
+        w.group_id = group.group_id
+        w.expires_at = expires_at
+        w.attempt = attempt
+        self._dequeue(w)
+        w.state = _W_HANDED
+
+    def _undo(self, w: _Waiter) -> bool:
+        """Take back the claim ``_hand_off`` made for ``w``, exactly, if that
+        delivery is still current: the group is ready again with its old
+        round-robin key, attempt count, open flag and ``last_claimed_at``."""
+        group = self._groups.get(w.group_id)
+        if (
+            group is None
+            or not group.open
+            or group.attempt != w.attempt
+            or group.messages[group.head][0] != w.seq  # type: ignore[index]
+        ):
+            return False  # re-delivered since (its lease expired): nothing of it left
+        if group.ready_key is not None:  # expired: ready under the hand-off's key
+            self._unready(group)
+        if group.lock != _FREE or group.tick:
+            self._unlock(group)
+        group.attempt = w.attempt - 1
+        group.open = w.prev_open
+        group.key = w.prev_key
+        group.last_claimed_at = w.prev_claimed_at
+        self._make_ready(group)  # control plane (merge): not if the group was paused meanwhile
+        return True
+
+    def _enqueue(self, w: _Waiter) -> None:
+        """Put ``w`` at the end of its floor's FIFO."""
+        queue = self._wqueues.get(w.floor)
+        if queue is None:
+            queue = _FloorQueue()
+            insort(self._wfloors, w.floor)
+            self._wqueues[w.floor] = queue
+        tail = queue.tail
+        w.prev = tail
+        w.next = None
+        if tail is None:
+            queue.head = w
+        else:
+            tail.next = w
+        queue.tail = w
+        self._arrivals += 1
+        w.arrival = self._arrivals
+        w.state = _W_WAITING
+        self._nwaiting += 1
+
+    def _dequeue(self, w: _Waiter) -> None:
+        """Take queued ``w`` out of its FIFO."""
+        queue = self._wqueues[w.floor]
+        prev, nxt = w.prev, w.next
+        if prev is None:
+            queue.head = nxt
+        else:
+            prev.next = nxt
+        if nxt is None:
+            queue.tail = prev
+        else:
+            nxt.prev = prev
+        w.prev = w.next = None
+        if queue.head is None:
+            del self._wqueues[w.floor]
+            self._wfloors.remove(w.floor)
+        w.state = _W_IDLE
+        self._nwaiting -= 1
+
+    def _promise(self, w: _Waiter, chain: List[_Waiter]) -> bool:
+        """Promise ``w`` a wake (run after the lock); False if one is pending."""
+        if w.pending:
+            return False
+        w.pending = True
+        chain.append(w)
+        return True
+
+    def _arm_timer(self) -> None:
+        """While claims wait, the expiry timer must fire by the earliest expiry."""
+        if self._nwaiting:
+            expiry = self._expiry
+            if expiry and expiry[0][0] < self._timer_at:
+                self._timer_at = expiry[0][0]
+                self._poke = True
+
+    def _close_waiters(self, chain: List[_Waiter]) -> None:
+        """``close()``: every queued record is woken as CLOSED."""
+        for floor in self._wfloors:
+            w = self._wqueues[floor].head
+            while w is not None:
+                nxt = w.next
+                w.prev = w.next = None
+                w.state = _W_CLOSED
+                if self._promise(w, chain):
+                    self._wakeups[1] += 1
+                w = nxt
+        self._wqueues.clear()
+        self._wfloors.clear()
+        self._nwaiting = 0
+
+    def _end_orphans(self, chain: List[_Waiter]) -> None:
+        orphans, self._orphans = self._orphans, []
+        for w in orphans:
+            self._end_locked(w, False, chain)
+
+    def _end_locked(self, w: _Waiter, keep: bool, chain: List[_Waiter]) -> bool:
+        """``_wait_end`` under the lock: True if ``w`` keeps a handed lease."""
+        state = w.state
+        if state == _W_WAITING:
+            self._dequeue(w)
+        elif state == _W_HANDED:
+            w.state = _W_IDLE
+            if keep:
+                return True
+            if self._undo(w) and self._nwaiting:
+                self._serve_locked(self._time, chain)
+        else:
+            w.state = _W_IDLE
+        return False
+
+    def _wake(self, chain: List[_Waiter]) -> None:
+        """Run the promised wakes and poke the timer (after the lock is released)."""
+        for w in chain:
+            w.wake()
+        if self._poke:
+            self._poke = False
+            _waiting.poke_timer(self)
+
+    def _lease_of(self, w: _Waiter) -> Lease:
+        return _issue(w.seq, w.group_id, w.event, w.worker_id, w.expires_at, w.attempt, self._owner)
+
+    # -- waiting claims: what _waiting.py calls (see its docstring)
+
+    def _waiter(self, worker_id: str, visibility: float, min_priority: int, wake: Callable[[], None]) -> _Waiter:
+        """A new waiter record (arguments already checked)."""
+        return _Waiter(worker_id, visibility, min_priority, wake)
+
+    def _wait_start(self, w: _Waiter) -> Optional[Lease]:
+        """Read the clock; claim for ``w`` or queue it (see ``_waiting.py``)."""
+        now = _check_time(self._clock())
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                raise _reentered("claim")
+            self._busy = True
+            try:
+                if self._closed:
+                    w.state = _W_CLOSED
+                else:
+                    if now < self._time:
+                        now = self._time
+                    else:
+                        self._time = now
+                    self._enqueue(w)
+                    w.pending = True  # its owner is running this: no wake for it
+                    self._serve_locked(now, chain)
+                    if w.state == _W_WAITING:
+                        w.pending = False
+            finally:
+                self._settle()
+        self._wake(chain)
+        if w.state == _W_HANDED:
+            w.state = _W_IDLE
+            return self._lease_of(w)
+        return None
+
+    def _timer_fire(self) -> float:
+        """For the expiry timer, when the time it is armed for is due: read
+        the clock; if claims wait, expire and serve.  Returns the time used."""
+        now = _check_time(self._clock())
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                raise _reentered("_timer_fire")
+            self._busy = True
+            try:
+                self._timer_at = _INF
+                if self._nwaiting or self._orphans:
+                    if now < self._time:
+                        now = self._time
+                    else:
+                        self._time = now
+                    self._serve_locked(now, chain)  # arms the timer again if claims still wait
+                self._poke = False  # this is the timer: it knows
+            finally:
+                self._settle()
+        self._wake(chain)
+        return now
+
+    def _timer_due(self) -> Tuple[float, float]:
+        """For the expiry timer: (the clock time it is armed for, the transport time)."""
+        with self._lock:
+            return self._timer_at, self._time
+
+    def _wait_end(self, w: _Waiter, keep: bool) -> Optional[Lease]:
+        """End ``w``'s wait: its handed lease if ``keep``, else an exact undo
+        of the hand-off (the message goes to the next waiter).  Never raises."""
+        chain: List[_Waiter] = []
+        with self._lock:
+            if self._busy:
+                # From user code nested in an operation (a coroutine finalised
+                # by the garbage collector): the next serving ends it.
+                self._orphans.append(w)
+                return None
+            self._busy = True
+            try:
+                kept = self._end_locked(w, keep, chain)
+            finally:
+                self._settle()
+        self._wake(chain)
+        return self._lease_of(w) if kept else None
+
+    def _waiting_count(self) -> int:
+        """Waiting claims queued now; for tests."""
+        return self._nwaiting
+
+    def _wake_counts(self) -> Tuple[int, int]:
+        """Wakes promised to waiting claims so far: (hand-offs, close); for tests."""
+        with self._lock:
+            return (self._wakeups[0], self._wakeups[1])
 
 
 def _reentered(operation: str) -> RuntimeError:

@@ -64,6 +64,13 @@ cdef double _check_duration(object value, str name) except? -1.0:
     return seconds
 
 
+cdef double _check_timeout(object value) except? -1.0:
+    """``timeout`` of a waiting claim: ``None`` (no deadline) is ``+inf``."""
+    if value is None:
+        return _INF
+    return _check_duration(value, "timeout")
+
+
 cdef inline int _check_lease(object lease) except -1:
     if type(lease) is not Lease:
         raise TypeError(f"expected a Lease, not {type(lease).__name__}")

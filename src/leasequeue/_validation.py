@@ -23,6 +23,7 @@ __all__ = [
     "check_id",
     "check_priority",
     "check_time",
+    "check_timeout",
     "check_worker",
 ]
 
@@ -80,6 +81,15 @@ def check_duration(value: Any, name: str) -> float:
             raise ValueError(f"{name} must not be NaN")
         raise ValueError(f"{name} must be >= 0, not {value!r}")
     return seconds
+
+
+def check_timeout(value: Any) -> float:
+    """``timeout`` of a waiting claim: ``None`` (no deadline) is ``+inf``;
+    otherwise as ``check_duration`` (``-0.0`` is ``0.0``, ``+inf`` is no
+    deadline either)."""
+    if value is None:
+        return _INF
+    return check_duration(value, "timeout")
 
 
 def check_time(value: Any) -> float:

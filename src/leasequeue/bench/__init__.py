@@ -27,6 +27,9 @@ One module per idea:
 ``runner``          one run, start to end: the JSON-able report
 ``report``          the Markdown tables and the summary line
 ``plot``            the PNG plot (matplotlib, optional)
+``waiting``         waiting for work: wake-up latency (thread, asyncio) and
+                    worker throughput, against queue.Queue, asyncio.Queue,
+                    janus and culsans
 ``callgrind``       the fixed cycle ``benchmarks/callgrind.py`` counts
 ``config``, ``fmt`` the run's configuration; number formatting
 ==================  ==========================================================

@@ -44,6 +44,11 @@ class BenchConfig:
     seed_max_n: int = SEED_MAX_N_QUICK
     memory_n: Optional[int] = 100_000
     memory_groups: List[str] = field(default_factory=lambda: ["N/10"])
+    #: the waiting measurements (``bench/waiting.py``): wake-up latency and throughput
+    waiting: bool = True
+    wake_samples: int = 400
+    throughput_messages: int = 20_000
+    throughput_threads: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
 
     @classmethod
     def quick(cls) -> "BenchConfig":
@@ -62,6 +67,8 @@ class BenchConfig:
             seed_max_n=SEED_MAX_N_FULL,
             memory_n=1_000_000,
             memory_groups=["1", "N/10", "N"],
+            wake_samples=2_000,
+            throughput_messages=100_000,
         )
 
     @classmethod
@@ -76,4 +83,7 @@ class BenchConfig:
             seed_max_n=1_000,
             memory_n=1_000,
             memory_groups=["N/10"],
+            wake_samples=20,
+            throughput_messages=500,
+            throughput_threads=[1, 2],
         )

@@ -14,6 +14,7 @@ from .config import BenchConfig
 from .fmt import fmt_ratio, n_label
 from .impls import LABELS
 from .timing import find_ratio, find_result
+from .waiting import waiting_goals
 
 __all__ = ["WHY", "evaluate_goals"]
 
@@ -35,9 +36,15 @@ WHY: Dict[str, str] = {
 
 
 def evaluate_goals(cfg: BenchConfig, results: List[Dict[str, Any]], ratios: List[Dict[str, Any]],
-                   memory: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+                   memory: List[Dict[str, Any]], waiting: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """The performance goals, evaluated on this run (at the largest N measured
-    when 1M was not run: the ``at`` field says where)."""
+    when 1M was not run: the ``at`` field says where); the waiting goals
+    (``waiting.waiting_goals``) follow when ``waiting`` was measured."""
+    return _cycle_goals(cfg, results, ratios, memory) + waiting_goals(waiting)
+
+
+def _cycle_goals(cfg: BenchConfig, results: List[Dict[str, Any]], ratios: List[Dict[str, Any]],
+                 memory: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out: List[Dict[str, Any]] = []
     sizes = sorted(cfg.sizes)
     if not sizes or "cycle" not in cfg.workloads:

@@ -13,6 +13,8 @@ from .machine import machine
 from .memory import run_memory
 from .progress import Progress
 from .timing import configs, extrapolate_seed, loop_overhead_ns, ratios, run_timings, runs
+from .waiting import run_waiting
+from .waiting import steps as waiting_steps
 from .workloads import PAIRED, WORKLOADS, run_order
 
 __all__ = ["run"]
@@ -30,6 +32,8 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
             steps += cfg.repeats * len(runs(cfg, impls, n, w))
     if memory and cfg.memory_n:
         steps += len(impls) * len(cfg.memory_groups)
+    if cfg.waiting:
+        steps += waiting_steps(cfg)
     prog = Progress(steps, enabled=progress)
     started = time.time()
     loop_ns = loop_overhead_ns()
@@ -38,6 +42,7 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
     ref = "cython" if "cython" in impls else "pure"
     rat = ratios(results, ref)
     mem = run_memory(cfg, impls, prog) if memory else []
+    waiting = run_waiting(cfg, prog) if cfg.waiting else None
     prog.finish("benchmark done")
     report = {
         "meta": {
@@ -60,6 +65,7 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
         ),
         "ratios": rat,
         "memory": mem,
+        "waiting": waiting,
     }
-    report["targets"] = evaluate_goals(cfg, results, rat, mem)
+    report["targets"] = evaluate_goals(cfg, results, rat, mem, waiting)
     return report

@@ -32,7 +32,7 @@ class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRule
             def make_transport(self, clock):
                 return MyTransport(clock=clock)
 
-    Flags (class attributes, all True by default; a test of a capability
+    Flags (class attributes, True by default; a test of a capability
     that is switched off is *skipped*, with the flag named in the reason):
 
     * ``preserves_identity``: ``lease.event is`` the published object.  With
@@ -43,7 +43,15 @@ class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRule
       ``set_priority``/``group``/``groups`` (Part 2, "Control plane").
     * ``supports_batches``: ``publish_many``/``claim_many``/``ack_many``.
     * ``usable_after_close``: calls still work after ``close()`` (the
-      in-memory transports); False when ``close()`` releases a connection.
+      in-memory transports); False when ``close()`` releases a connection:
+      then a claim with a non-zero timeout (and ``aclaim``) returns None at
+      once and every other call raises ``LeaseQueueError``.
+
+    And one flag that is False by default:
+
+    * ``accepts_rebuilt_leases``: a lease is named by its fields, so one
+      rebuilt from them (or issued by another instance on the same store)
+      is current where they name the open delivery (a durable backend).
 
     Hooks: ``make_transport(clock)`` (required) and ``close_transport(t)``
     (default ``t.close()``), called for every transport a test made when

@@ -230,6 +230,17 @@ class ContractBase:
     #: ``close()`` releases its connection: every call then raises
     #: ``LeaseQueueError``.
     usable_after_close: bool = True
+    #: A lease names its delivery by its fields (``seq``, ``group_id``,
+    #: ``worker_id``, ``attempt``): one rebuilt from them with the lease
+    #: class's constructor, or issued by another instance of the same store,
+    #: is current wherever those fields name the open delivery.  True for a
+    #: durable backend whose leases any process may rebuild (SQLite); False
+    #: (the in-memory transports) when only the leases the transport issued
+    #: are current.  With True, the foreign-lease test uses a lease whose
+    #: fields name no delivery of the transport it is handed to, and
+    #: ``test_a_lease_rebuilt_from_its_fields`` checks which rebuilt leases
+    #: are current.
+    accepts_rebuilt_leases: bool = False
 
     # -- patience -----------------------------------------------------------
 

@@ -38,6 +38,19 @@ Flags say what a backend does not promise:
   requires it (``ValueError`` if missing); ``False`` leaves it out.
 * ``forged_leases`` / ``foreign_leases``: hand-built leases and leases of
   another instance, which the contract says are never current.
+* ``accepts_rebuilt_leases=True``: the backend names a delivery by the
+  lease's fields (a durable backend, whose leases any process may rebuild
+  from ``seq``, ``group_id``, ``worker_id`` and ``attempt``), so a
+  hand-built or foreign lease is current wherever those fields name the
+  open delivery.  The default reference is then built with the same rule
+  (``ReferenceTransport(clock, accepts_rebuilt_leases=True)``), and forged
+  and foreign leases are still driven: the two sides must agree on which
+  are current.
+* ``usable_after_close=False``: the backend's ``close()`` releases its
+  connection (docs/decisions.md, "Part 3"): ``close()`` is then driven only
+  among the last operations of a run, and after it a claim with a non-zero
+  timeout must return ``None`` and every other call raise
+  ``LeaseQueueError`` (the default reference is built with that rule).
 * ``clock_faults``: a clock that raises or returns garbage.
 
 The reference never waits, and neither does the check: a claim with a
@@ -47,6 +60,7 @@ closed, when it must return ``None`` at once.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .._errors import LeaseLost
@@ -144,6 +158,15 @@ def _sides(make_transport: Factory, reference: Factory, caps: Capabilities,
     return [Side(names[0], reference, foreign=caps.foreign), Side(names[1], make_transport, foreign=caps.foreign)]
 
 
+def _reference_for(reference: Factory, accepts_rebuilt_leases: bool, usable_after_close: bool) -> Factory:
+    """The default reference, with the backend's rules for rebuilt leases and
+    for calls after ``close()``."""
+    if reference is ReferenceTransport and (accepts_rebuilt_leases or not usable_after_close):
+        return functools.partial(ReferenceTransport, accepts_rebuilt_leases=accepts_rebuilt_leases,
+                                 usable_after_close=usable_after_close)
+    return reference
+
+
 def replay(
     make_transport: Factory,
     ops: Recorded,
@@ -153,9 +176,12 @@ def replay(
     foreign_leases: bool = True,
     record: bool = False,
     names: Sequence[str] = ("reference", "transport"),
+    accepts_rebuilt_leases: bool = False,
+    usable_after_close: bool = True,
 ) -> Harness:
     """Run recorded operations on fresh sides; raises ``Disagreement`` (an
     ``AssertionError``) at the first difference, else returns the harness."""
+    reference = _reference_for(reference, accepts_rebuilt_leases, usable_after_close)
     caps = Capabilities(foreign=foreign_leases)
     harness = Harness(_sides(make_transport, reference, caps, names), preserves_identity=preserves_identity,
                       record=record)
@@ -182,6 +208,8 @@ def check_differential(
     shrink: bool = True,
     shrink_budget: int = 3_000_000,
     names: Sequence[str] = ("reference", "transport"),
+    accepts_rebuilt_leases: bool = False,
+    usable_after_close: bool = True,
 ) -> DifferentialSummary:
     """Drive ``make_transport(clock)`` and ``reference(clock)`` with ``ops``
     random operations from ``seed``; raise ``DifferentialFailure`` with a
@@ -193,9 +221,10 @@ def check_differential(
     transports this way).  ``shrink_budget`` bounds the operations replayed
     while shrinking; ``names`` label the two sides in messages.
     """
+    reference = _reference_for(reference, accepts_rebuilt_leases, usable_after_close)
     caps = detect_capabilities(make_transport, reference, waiting=waiting, control_plane=control_plane,
                                batches=batches, forged_leases=forged_leases, foreign_leases=foreign_leases,
-                               clock_faults=clock_faults)
+                               clock_faults=clock_faults)._replace(usable_after_close=usable_after_close)
     harness = Harness(_sides(make_transport, reference, caps, names), preserves_identity=preserves_identity)
     generator = RandomOps(harness, seed, ops, caps=caps, groups=groups, single_level=single_level)
     recorded: Recorded = []
@@ -268,7 +297,7 @@ def render_script(trace: Sequence[Tuple[int, Op, List[Tuple[str, Any]]]], ops: R
     if any(uses(op, ClockFault) for op in all_ops):
         lines.append("class ClockFault(Exception): pass  # what the misbehaving clock raises")
     if any(uses(op, Forged) for op in all_ops):
-        lines += ["def forge(lease):  # a hand-made lease: never current",
+        lines += ["def forge(lease):  # a hand-made lease (never current, unless rebuilt leases are accepted)",
                   "    return type(lease)(lease.seq, lease.group_id, lease.event, lease.worker_id, "
                   "lease.expires_at, lease.attempt)"]
     lines += ["", "clock = ManualClock(1000.0)", "t = make_transport(clock)"]

@@ -57,6 +57,9 @@ class Capabilities(NamedTuple):
     foreign: bool = True
     #: a clock that raises or returns garbage
     clock_faults: bool = True
+    #: calls work after ``close()``; False: ``close()`` comes among the last
+    #: operations, and every call after it but a waiting claim must raise
+    usable_after_close: bool = True
 
 
 WORKERS = ["w1", "w2", "w3", Name("w2"), ""]
@@ -183,6 +186,8 @@ class RandomOps:
         self.events = 0
         self.emitted = 0
         self.close_at = rng.randrange(count) if count and rng.random() < 0.3 else -1
+        if self.close_at >= 0 and not caps.usable_after_close:
+            self.close_at = max(self.close_at, count - 40)  # a few calls on the closed transport
         self.bad = [b for b in BAD_CALLS if b[0] is None or b[0] in caps.methods
                     or (b[0] == "waiting" and caps.waiting)]
 
@@ -343,7 +348,10 @@ class RandomOps:
             return ("call", "claim_many", args if floor is OMIT else (*args, floor), ())
         leases: List[Any] = [self.lease() for _ in range(rng.randint(0, 4))] if self.refs else []
         if self.refs and rng.random() < 0.2:
-            leases.append(leases[0] if leases and rng.random() < 0.5 else Forged(self.lease()))
+            if leases and rng.random() < 0.5:
+                leases.append(leases[0])
+            elif self.caps.forged:
+                leases.append(Forged(self.lease()))
         if self.caps.foreign and rng.random() < 0.1:
             leases.append(FOREIGN)
         return call("ack_many", Batch(rng.choice(["list", "list", "iter"]), tuple(leases)))

@@ -30,7 +30,7 @@ import traceback
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .._errors import LeaseLost
+from .._errors import LeaseLost, LeaseQueueError
 from ._clock import ManualClock
 from ._ops import FOREIGN, OMIT, Batch, ClockFault, Forged, LeaseRef, Op, op_refs, render_call
 
@@ -43,7 +43,9 @@ MAX_WAIT = 0.05
 SKIPPED: Any = ("skipped",)
 
 #: the errors a transport may raise as an answer, in classification order
-EXPECTED_ERRORS: Tuple[type, ...] = (LeaseLost, OverflowError, TypeError, ValueError)
+#: (``LeaseQueueError``: a call on a closed transport that is not usable after
+#: ``close()``; ``LeaseLost`` is one too, and is matched first)
+EXPECTED_ERRORS: Tuple[type, ...] = (LeaseLost, OverflowError, TypeError, ValueError, LeaseQueueError)
 
 #: the event of the lease issued by another transport instance
 FOREIGN_EVENT = ["foreign"]

@@ -44,7 +44,7 @@ import math
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from .._errors import LeaseLost
+from .._errors import LeaseLost, LeaseQueueError
 from .._types import PARKED, GroupInfo, TransportStats
 
 __all__ = ["ReferenceLease", "ReferenceTransport"]
@@ -204,12 +204,35 @@ class ReferenceTransport:
     returning ``ReferenceLease`` leases and the shared ``TransportStats`` and
     ``GroupInfo`` values.  Not thread-safe and O(N log N) per claim: it is a
     referee, not a transport to run.
+
+    ``accepts_rebuilt_leases=True`` makes it the referee of a backend that
+    names a delivery by the lease's fields (a durable one, whose leases any
+    process may rebuild): a lease it did not issue -- built by hand, or
+    issued by another instance -- is then current when its ``seq``,
+    ``group_id``, ``worker_id`` and ``attempt`` (exact ``int``/``str``) name
+    the message's open delivery; ``expires_at`` and ``event`` are not
+    compared.  By default only the leases this instance issued are current.
+
+    ``usable_after_close=False`` makes it the referee of a backend whose
+    ``close()`` releases its connection (docs/decisions.md, "Part 3"):
+    after ``close()`` a claim with a non-zero timeout still returns None,
+    and every other call validates its arguments and then raises
+    ``LeaseQueueError`` (before reading the clock).  By default every call
+    works after ``close()``, as Part 2 says of the in-memory transports.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        accepts_rebuilt_leases: bool = False,
+        usable_after_close: bool = True,
+    ) -> None:
         if not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
         self._clock = clock
+        self._accepts_rebuilt = bool(accepts_rebuilt_leases)
+        self._usable_after_close = bool(usable_after_close)
         #: the seed's list of messages, in publish (seq) order
         self._messages: List[Dict[str, Any]] = []
         #: per group: priority, round-robin key, pause, creation number
@@ -219,6 +242,12 @@ class ReferenceTransport:
         self._created = 0  # groups() lists groups in creation order
         self._latest = -math.inf  # the transport's time never runs back
         self._closed = False
+
+    def _usable(self) -> None:
+        """After validation: a closed transport that is not usable after
+        ``close()`` refuses the call."""
+        if self._closed and not self._usable_after_close:
+            raise LeaseQueueError("the transport is closed")
 
     # -- time ---------------------------------------------------------------
 
@@ -263,12 +292,13 @@ class ReferenceTransport:
     def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
         group_id = _check_id(group_id, "group_id")
         priority = _check_priority(priority, "priority")
+        self._usable()
         return self._publish(group_id, event, priority)
 
     def _publish(self, group_id: str, event: Any, priority: int) -> int:
         self._seq += 1
         self._messages.append({"seq": self._seq, "group_id": group_id, "event": event, "locked_by": None,
-                               "lock_expiry": 0.0, "attempt": 0, "open": False})
+                               "lock_expiry": 0.0, "attempt": 0, "open": False, "holder": None})
         if group_id not in self._groups:  # the priority counts on creation only
             self._new_group(group_id, priority, paused=False)
         return self._seq
@@ -284,6 +314,7 @@ class ReferenceTransport:
         wait = _check_timeout(timeout)
         if wait != 0.0 and self._closed:
             return None  # a closed transport's waiting claim: at once, no clock
+        self._usable()
         now = self._now()
         return self._claim(worker_id, visibility, min_priority, now)
 
@@ -299,6 +330,7 @@ class ReferenceTransport:
             m["lock_expiry"] = now + visibility
             m["attempt"] += 1
             m["open"] = True
+            m["holder"] = worker_id  # the delivery's worker, also once its lock expired
             self._claims += 1
             group["claim_order"] = self._claims  # round-robin: to the back
             group["last_claimed_at"] = now
@@ -314,10 +346,24 @@ class ReferenceTransport:
     def _current(self, lease: ReferenceLease) -> Optional[Dict[str, Any]]:
         """The lease's message if the lease is current, else None."""
         if lease._owner is not self:
-            return None  # forged, or issued by another transport
+            if not self._accepts_rebuilt:
+                return None  # forged, or issued by another transport
+            return self._named_by_fields(lease)
         for m in self._messages:
             if m["seq"] == lease.seq:
                 return m if m["attempt"] == lease.attempt and m["open"] else None
+        return None
+
+    def _named_by_fields(self, lease: ReferenceLease) -> Optional[Dict[str, Any]]:
+        """``accepts_rebuilt_leases``: the message whose open delivery the
+        lease's fields name, if any."""
+        seq, group_id, worker_id, attempt = lease.seq, lease.group_id, lease.worker_id, lease.attempt
+        if type(seq) is not int or type(attempt) is not int or type(group_id) is not str or type(worker_id) is not str:
+            return None
+        for m in self._messages:
+            if m["seq"] == seq:
+                named = m["open"] and m["attempt"] == attempt and m["group_id"] == group_id
+                return m if named and m["holder"] == worker_id else None
         return None
 
     def _lost(self, lease: ReferenceLease) -> LeaseLost:
@@ -325,6 +371,7 @@ class ReferenceTransport:
 
     def ack(self, lease: Any) -> None:
         lease = self._check_lease(lease)
+        self._usable()
         m = self._current(lease)
         if m is None:
             raise self._lost(lease)
@@ -337,6 +384,7 @@ class ReferenceTransport:
     def nack(self, lease: Any, delay: float = 0.0) -> None:
         lease = self._check_lease(lease)
         delay = _check_duration(delay, "delay")
+        self._usable()
         now = self._read_clock() if delay > 0 else 0.0
         m = self._current(lease)
         if m is None:
@@ -352,6 +400,7 @@ class ReferenceTransport:
     def extend(self, lease: Any, visibility: float) -> ReferenceLease:
         lease = self._check_lease(lease)
         visibility = _check_duration(visibility, "visibility")
+        self._usable()
         now = self._read_clock()
         m = self._current(lease)
         if m is None:
@@ -361,6 +410,7 @@ class ReferenceTransport:
         return _issue(self, m)
 
     def stats(self) -> TransportStats:
+        self._usable()
         self._now()
         return TransportStats(
             messages=len(self._messages),
@@ -371,6 +421,7 @@ class ReferenceTransport:
         )
 
     def __len__(self) -> int:
+        self._usable()
         return len(self._messages)
 
     # -- Part 2: waiting (as far as a referee can) ------------------------------
@@ -394,6 +445,7 @@ class ReferenceTransport:
     def pause(self, group_id: str) -> bool:
         """True if the group was not paused; an unknown group is created, paused."""
         group_id = _check_id(group_id, "group_id")
+        self._usable()
         group = self._groups.get(group_id)
         if group is None:
             self._new_group(group_id, 0, paused=True)
@@ -408,6 +460,7 @@ class ReferenceTransport:
         operation that reads the clock already saw it expire); True if either
         was lifted.  An unknown group: False."""
         group_id = _check_id(group_id, "group_id")
+        self._usable()
         group = self._groups.get(group_id)
         if group is None:
             return False
@@ -424,6 +477,7 @@ class ReferenceTransport:
     def purge(self, group_id: str) -> int:
         """Remove the group's messages (leased and parked too) and forget it."""
         group_id = _check_id(group_id, "group_id")
+        self._usable()
         if self._groups.pop(group_id, None) is None:
             return 0
         removed = self._of(group_id)
@@ -434,6 +488,7 @@ class ReferenceTransport:
         """Change an existing group's priority (position kept); False if none."""
         group_id = _check_id(group_id, "group_id")
         priority = _check_priority(priority, "priority")
+        self._usable()
         group = self._groups.get(group_id)
         if group is None:
             return False
@@ -442,11 +497,13 @@ class ReferenceTransport:
 
     def group(self, group_id: str) -> Optional[GroupInfo]:
         group_id = _check_id(group_id, "group_id")
+        self._usable()
         now = self._now()
         return self._info(group_id, now) if group_id in self._groups else None
 
     def groups(self) -> List[GroupInfo]:
         """Every group, in the order the groups were created."""
+        self._usable()
         now = self._now()
         order = sorted(self._groups, key=lambda gid: self._groups[gid]["created"])
         return [self._info(gid, now) for gid in order]
@@ -480,6 +537,7 @@ class ReferenceTransport:
     def publish_many(self, items: Iterable[Any]) -> List[int]:
         """All items validated first; then published in order, as one by one."""
         checked = [_check_item(item) for item in list(items)]
+        self._usable()
         return [self._publish(group_id, event, priority) for group_id, event, priority in checked]
 
     def claim_many(
@@ -490,6 +548,7 @@ class ReferenceTransport:
         visibility = _check_duration(visibility, "visibility")
         max_count = _check_count(max_count)
         min_priority = _check_priority(min_priority, "min_priority")
+        self._usable()
         now = self._now()  # read even for max_count == 0
         leases: List[ReferenceLease] = []
         while len(leases) < max_count:
@@ -502,6 +561,7 @@ class ReferenceTransport:
     def ack_many(self, leases: Iterable[Any]) -> List[Any]:
         """Type-check all, then ack the current ones in order; return the rest."""
         batch = [self._check_lease(lease) for lease in list(leases)]
+        self._usable()
         lost: List[Any] = []
         for lease in batch:
             m = self._current(lease)

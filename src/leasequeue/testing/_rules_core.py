@@ -443,14 +443,17 @@ class CoreRules(ContractBase):
         assert transport.claim("w", 10).attempt == 2
 
     def test_lease_from_another_instance_raises_lease_lost(self, new_transport: MakeTransport) -> None:
+        """A lease of another, independent transport is not current here
+        (with ``accepts_rebuilt_leases``: one whose fields name no open
+        delivery here, since fields are all such a backend compares)."""
         clock = ContractClock()
         one, two = new_transport(clock), new_transport(clock)
         event = "same"
         for t in (one, two):
             t.publish("g", event)
-        foreign = two.claim("w", 30)
+        foreign = two.claim("w2" if self.accepts_rebuilt_leases else "w", 30)
         mine = one.claim("w", 30)
-        if self.preserves_identity:
+        if self.preserves_identity and not self.accepts_rebuilt_leases:
             assert foreign == mine  # look-alikes: equal, but issued by another transport
         for op in (one.ack, one.nack, lambda x: one.nack(x, 5), lambda x: one.extend(x, 5)):
             with pytest.raises(LeaseLost):
@@ -458,6 +461,41 @@ class CoreRules(ContractBase):
         assert tuple(one.stats()) == (1, 1, 1, 0, 0)
         one.ack(mine)
         two.ack(foreign)
+
+    @requires("accepts_rebuilt_leases", "that a lease rebuilt from its fields is current")
+    def test_a_lease_rebuilt_from_its_fields(self, transport: Any, clock: ContractClock) -> None:
+        """``accepts_rebuilt_leases``: a lease built with the lease class's
+        constructor from a current lease's six fields is current exactly when
+        its ``seq``, ``group_id``, ``worker_id`` and ``attempt`` name the open
+        delivery (``expires_at`` and ``event`` are not compared), and acking,
+        nacking or extending it acts on that delivery.  (Without the flag,
+        ``check_differential`` checks that hand-built leases are refused.)"""
+        transport.publish("g", "e")
+        transport.publish("g", "f")
+        lease = transport.claim("w", 30)
+        cls = type(lease)
+        rebuilt = cls(lease.seq, lease.group_id, lease.event, lease.worker_id, lease.expires_at, lease.attempt)
+        wrong = [
+            cls(lease.seq + 1, lease.group_id, None, lease.worker_id, lease.expires_at, lease.attempt),
+            cls(lease.seq, "h", None, lease.worker_id, lease.expires_at, lease.attempt),
+            cls(lease.seq, lease.group_id, None, "w2", lease.expires_at, lease.attempt),
+            cls(lease.seq, lease.group_id, None, lease.worker_id, lease.expires_at, lease.attempt + 1),
+        ]
+        for bad in wrong:
+            for op in (transport.ack, transport.nack, lambda x: transport.nack(x, 5), lambda x: transport.extend(x, 5)):
+                with pytest.raises(LeaseLost):
+                    op(bad)
+        assert tuple(transport.stats()) == (2, 1, 1, 0, 0)
+        clock.advance(5)
+        extended = transport.extend(cls(lease.seq, lease.group_id, None, lease.worker_id, 0.0, lease.attempt), 60)
+        assert (extended.seq, extended.attempt, extended.expires_at) == (lease.seq, lease.attempt, 1065.0)
+        transport.nack(rebuilt)  # closes the delivery: the original lease goes with it
+        with pytest.raises(LeaseLost):
+            transport.ack(lease)
+        again = transport.claim("w", 30)
+        assert (again.seq, again.attempt) == (lease.seq, 2)
+        transport.ack(cls(again.seq, again.group_id, "any event", again.worker_id, -1.0, again.attempt))
+        assert tuple(transport.stats()) == (1, 1, 0, 0, 0)
 
     # -- extend -------------------------------------------------------------
 

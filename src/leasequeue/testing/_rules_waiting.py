@@ -347,12 +347,11 @@ class WaitingRules(ContractBase):
         None at once, claimable message or not; ``timeout=0`` and every other
         call work as before, so ``while (lease := t.claim(w, 30,
         timeout=None)) is not None`` is a worker loop that ends on close."""
+        if not self.usable_after_close:
+            self.check_closed_and_unusable(transport)
+            return
         transport.publish("g", "e")
         transport.close()
-        if not self.usable_after_close:
-            with pytest.raises(LeaseQueueError):
-                transport.publish("h", "e")
-            return
         for timeout in (None, self.far(), 1):
             assert self.run_with_deadline(functools.partial(transport.claim, "w", 30, timeout=timeout)) is None
         assert self.run_with_deadline(lambda: asyncio.run(_await(transport.aclaim("w", 30)))) is None
@@ -361,6 +360,56 @@ class WaitingRules(ContractBase):
         assert (lease.group_id, lease.attempt) == ("g", 1)
         transport.ack(lease)
         assert transport.stats() == (1, 1, 0, 0, 0)
+
+    def check_closed_and_unusable(self, transport: Any) -> None:
+        """``usable_after_close=False`` (the durable backends, docs/decisions.md
+        "Part 3"): after ``close()`` a claim with a non-zero timeout and
+        ``aclaim`` still return None at once (the worker loop ends), while
+        every other call raises ``LeaseQueueError``; ``closed`` is True."""
+        transport.publish("g", "e")
+        transport.publish("h", "e")
+        lease = transport.claim("w", 30)
+        transport.close()
+        assert transport.closed is True
+        for timeout in (None, self.far(), 1):
+            assert self.run_with_deadline(functools.partial(transport.claim, "w", 30, timeout=timeout)) is None
+
+        def run_aclaim(timeout: Optional[float]) -> Any:
+            return asyncio.run(_await(transport.aclaim("w", 30, timeout=timeout)))
+
+        for timeout in (None, 1):
+            assert self.run_with_deadline(functools.partial(run_aclaim, timeout)) is None
+        calls: List[Callable[[], Any]] = [
+            lambda: transport.publish("i", "e"),
+            lambda: transport.claim("w", 30),
+            lambda: transport.claim("w", 30, timeout=0),
+            lambda: transport.ack(lease),
+            lambda: transport.nack(lease),
+            lambda: transport.nack(lease, 5),
+            lambda: transport.extend(lease, 5),
+            transport.stats,
+            lambda: len(transport),
+        ]
+        if self.supports_control_plane:
+            calls += [
+                lambda: transport.pause("g"),
+                lambda: transport.resume("g"),
+                lambda: transport.purge("g"),
+                lambda: transport.set_priority("g", 1),
+                lambda: transport.group("g"),
+                transport.groups,
+            ]
+        if self.supports_batches:
+            calls += [
+                lambda: transport.publish_many([("i", "e")]),
+                lambda: transport.claim_many("w", 30, 2),
+                lambda: transport.ack_many([lease]),
+            ]
+        for call in calls:
+            with pytest.raises(LeaseQueueError):
+                call()
+        assert transport.close() is None
+        assert transport.closed is True
 
     # -- asyncio -------------------------------------------------------------------
 

@@ -1,0 +1,405 @@
+"""PostgresTransport benchmarks, side by side with procrastinate and PGQueuer.
+
+Everything runs against one PostgreSQL server in one run (a throwaway
+server unless ``--conninfo`` names one), each system in its own database
+queue/schema, one system at a time:
+
+* **cycle**: jobs/s for publish -> claim -> ack with 1, 2, 4 and 8 worker
+  processes (each process loops over the three calls).  procrastinate:
+  defer -> fetch -> finish (delete); PGQueuer: enqueue -> dequeue -> log.
+  leasequeue gives each job its own group here (the group rows are created
+  and removed per job: its most expensive case).
+* **batch**: the same with k = 64 messages per call (publish_many /
+  claim_many / ack_many; PGQueuer's list enqueue, dequeue(batch_size=64),
+  log_jobs); procrastinate has no batch fetch.
+* **latency**: claim + ack latency (p50/p99) with 10k, 100k and 1M
+  messages queued in N/10 groups (filled with SQL, not through publish).
+* **wake**: publish -> claim wake latency across processes (p50/p99): one
+  process waits in ``claim(timeout=None)``, another publishes a timestamp.
+
+Run: ``python benchmarks/postgres_bench.py [--quick] [--conninfo DSN]
+[--sync on|off|both] [--json FILE] [--markdown FILE]`` (needs the ``bench``
+extra: psycopg, procrastinate, pgqueuer).  Wiring into ``leasequeue bench``:
+call ``main(argv)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import sys
+import time
+import uuid
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional
+
+WORKER_COUNTS = (1, 2, 4, 8)
+BATCH = 64
+
+
+# ---------------------------------------------------------------- worker bodies
+# Each runs in its own process: wait for ``start``, loop until ``stop_at``
+# (time.time()), put the number of jobs done in ``out``.
+
+
+def _lq_cycle(conninfo: str, queue: str, wid: int, batch: int, start: Any, stop_at: Any, out: Any) -> None:
+    from leasequeue import PostgresTransport
+
+    t = PostgresTransport(conninfo, queue=queue)
+    worker = f"w{wid}"
+    n = 0
+    out.put("ready")
+    start.wait()
+    end = stop_at.value
+    if batch == 1:
+        while time.time() < end:
+            t.publish(f"{wid}-{n}", {"n": n})
+            lease = t.claim(worker, 30)
+            if lease is not None:
+                t.ack(lease)
+                n += 1
+    else:
+        while time.time() < end:
+            t.publish_many([(f"{wid}-{n}-{i}", {"n": i}) for i in range(batch)])
+            leases = t.claim_many(worker, 30, batch)
+            t.ack_many(leases)
+            n += len(leases)
+    out.put(n)
+    t.close()
+
+
+def _procrastinate_cycle(conninfo: str, queue: str, wid: int, batch: int, start: Any, stop_at: Any, out: Any) -> None:
+    from procrastinate import App, PsycopgConnector, jobs
+
+    async def run() -> int:
+        app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=2))
+        n = 0
+        async with app.open_async():
+            manager = app.job_manager
+            worker_id = await manager.register_worker()
+            out.put("ready")
+            start.wait()
+            end = stop_at.value
+            while time.time() < end:
+                job = jobs.Job(queue=queue, lock=None, queueing_lock=None, task_name="bench", task_kwargs={"n": n})
+                await manager.defer_job_async(job)
+                fetched = await manager.fetch_job(queues=[queue], worker_id=worker_id)
+                if fetched is not None:
+                    await manager.finish_job(fetched, status=jobs.Status.SUCCEEDED, delete_job=True)
+                    n += 1
+            await manager.unregister_worker(worker_id)
+        return n
+
+    out.put(asyncio.run(run()))
+
+
+def _pgqueuer_cycle(conninfo: str, queue: str, wid: int, batch: int, start: Any, stop_at: Any, out: Any) -> None:
+    import psycopg
+    from pgqueuer.queries import EntrypointExecutionParameter, Queries
+
+    async def run() -> int:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        q = Queries.from_psycopg_connection(conn)
+        manager_id = uuid.uuid4()
+        entry = {queue: EntrypointExecutionParameter(concurrency_limit=0)}
+        n = 0
+        out.put("ready")
+        start.wait()
+        end = stop_at.value
+        while time.time() < end:
+            if batch == 1:
+                await q.enqueue(queue, json.dumps({"n": n}).encode())
+            else:
+                await q.enqueue([queue] * batch, [json.dumps({"n": i}).encode() for i in range(batch)], [0] * batch)
+            got = await q.dequeue(batch_size=batch, entrypoints=entry, queue_manager_id=manager_id,
+                                  global_concurrency_limit=None, heartbeat_timeout=timedelta(seconds=30))
+            if got:
+                await q.log_jobs([(job, "successful", None) for job in got])
+                n += len(got)
+        await conn.close()
+        return n
+
+    out.put(asyncio.run(run()))
+
+
+SYSTEMS: Dict[str, Callable[..., None]] = {
+    "leasequeue": _lq_cycle,
+    "procrastinate": _procrastinate_cycle,
+    "pgqueuer": _pgqueuer_cycle,
+}
+
+
+# ---------------------------------------------------------------- set-up per system
+
+
+def _install(conninfo: str) -> None:
+    import psycopg
+    from leasequeue import PostgresTransport
+
+    PostgresTransport.install(conninfo)
+    try:
+        from procrastinate import App, PsycopgConnector
+
+        app = App(connector=PsycopgConnector(conninfo=conninfo))
+        with app.open():
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                present = conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone()[0]
+            if present is None:
+                app.schema_manager.apply_schema()
+    except ImportError:
+        SYSTEMS.pop("procrastinate", None)
+    try:
+        from pgqueuer.queries import Queries
+
+        async def pgq() -> None:
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+            q = Queries.from_psycopg_connection(conn)
+            if not await q.schema_is_installed():
+                await q.install()
+            await conn.close()
+
+        asyncio.run(pgq())
+    except ImportError:
+        SYSTEMS.pop("pgqueuer", None)
+
+
+def _vacuum(conninfo: str) -> None:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
+def run_workers(system: str, conninfo: str, workers: int, seconds: float, batch: int = 1) -> float:
+    """Jobs per second of ``workers`` processes running ``system``'s cycle."""
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    stop_at = ctx.Value("d", 0.0)
+    out = ctx.Queue()
+    queue = f"b{uuid.uuid4().hex[:10]}"
+    procs = [ctx.Process(target=SYSTEMS[system], args=(conninfo, queue, w, batch, start, stop_at, out))
+             for w in range(workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:  # every process imported, connected and ready
+        assert out.get(timeout=300) == "ready"
+    stop_at.value = time.time() + 0.2 + seconds
+    time.sleep(0.2)
+    start.set()
+    done = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join(60)
+    return sum(done) / seconds
+
+
+# ---------------------------------------------------------------- latency
+
+
+def claim_latency(conninfo: str, queued: int, samples: int = 300) -> Dict[str, float]:
+    """claim + ack latency (ms) with ``queued`` messages in queued/10 groups."""
+    import pickle
+
+    import psycopg
+    from leasequeue import PostgresTransport
+
+    t = PostgresTransport(conninfo, queue=f"lat{uuid.uuid4().hex[:8]}")
+    groups = max(queued // 10, 1)
+    payload = pickle.dumps({"n": 0}, protocol=pickle.HIGHEST_PROTOCOL)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key) "
+            "SELECT %s, 'g' || i, 0, i - 4611686018427387904 FROM generate_series(1, %s) i", (t._queue, groups))
+        conn.execute(
+            "INSERT INTO leasequeue.messages (queue, group_id, seq, payload) "
+            "SELECT %s, 'g' || (i %% %s + 1), i, %s FROM generate_series(1, %s) i",
+            (t._queue, groups, payload, queued))
+        conn.execute(f"SELECT setval({t._seq_oid}::regclass, %s)", (queued,))
+        conn.execute("VACUUM ANALYZE leasequeue.groups")
+        conn.execute("VACUUM ANALYZE leasequeue.messages")
+    claims, acks = [], []
+    for _ in range(samples):
+        a = time.perf_counter()
+        lease = t.claim("w", 30)
+        b = time.perf_counter()
+        t.ack(lease)
+        c = time.perf_counter()
+        claims.append((b - a) * 1e3)
+        acks.append((c - b) * 1e3)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("DELETE FROM leasequeue.messages WHERE queue = %s", (t._queue,))
+        conn.execute("DELETE FROM leasequeue.groups WHERE queue = %s", (t._queue,))
+    t.close()
+    return {"claim_p50": _pct(claims, 50), "claim_p99": _pct(claims, 99),
+            "ack_p50": _pct(acks, 50), "ack_p99": _pct(acks, 99)}
+
+
+def _waiter(conninfo: str, queue: str, count: int, ready: Any, out: Any) -> None:
+    from leasequeue import PostgresTransport
+
+    t = PostgresTransport(conninfo, queue=queue)
+    lat = []
+    ready.set()
+    for _ in range(count):
+        lease = t.claim("waiter", 30, timeout=30)
+        got = time.time()
+        if lease is None:
+            break
+        lat.append((got - lease.event) * 1e3)
+        t.ack(lease)
+    out.put(lat)
+    t.close()
+
+
+def wake_latency(conninfo: str, count: int = 200) -> Dict[str, float]:
+    """publish -> claim latency (ms) to a claim waiting in another process."""
+    import random
+
+    from leasequeue import PostgresTransport
+
+    queue = f"wake{uuid.uuid4().hex[:8]}"
+    ctx = mp.get_context("spawn")
+    ready, out = ctx.Event(), ctx.Queue()
+    p = ctx.Process(target=_waiter, args=(conninfo, queue, count, ready, out))
+    p.start()
+    ready.wait(60)
+    t = PostgresTransport(conninfo, queue=queue)
+    time.sleep(1.0)
+    rng = random.Random(7)
+    for i in range(count):
+        time.sleep(rng.uniform(0.005, 0.02))
+        t.publish(f"g{i}", time.time())
+    lat = out.get(timeout=120)
+    p.join(30)
+    t.close()
+    return {"p50": _pct(lat, 50), "p99": _pct(lat, 99), "n": float(len(lat))}
+
+
+def _pct(values: List[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+
+
+# ---------------------------------------------------------------- main
+
+
+def run_all(conninfo: str, seconds: float, quick: bool, sync: str) -> Dict[str, Any]:
+    import psycopg
+
+    results: Dict[str, Any] = {"sync": sync, "seconds": seconds, "cycle": {}, "batch": {}}
+    conninfo = with_sync(conninfo, sync)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == sync
+        results["server"] = conn.execute("SELECT version()").fetchone()[0]
+    counts = (1, 8) if quick else WORKER_COUNTS
+    for workers in counts:
+        for system in SYSTEMS:
+            _vacuum(conninfo)
+            rate = run_workers(system, conninfo, workers, seconds)
+            results["cycle"].setdefault(system, {})[workers] = rate
+            print(f"  [sync={sync}] cycle {system:13} {workers} workers: {rate:9.0f} jobs/s", flush=True)
+    for workers in (1, 8):
+        for system in ("leasequeue", "pgqueuer"):
+            if system not in SYSTEMS:
+                continue
+            _vacuum(conninfo)
+            rate = run_workers(system, conninfo, workers, seconds, batch=BATCH)
+            results["batch"].setdefault(system, {})[workers] = rate
+            print(f"  [sync={sync}] batch k={BATCH} {system:10} {workers} workers: {rate:9.0f} jobs/s", flush=True)
+    return results
+
+
+def with_sync(conninfo: str, sync: str) -> str:
+    """The conninfo with synchronous_commit set for its sessions (every
+    system's connections: the setting is per session)."""
+    return f"{conninfo} options='-c synchronous_commit={sync}'"
+
+
+def to_markdown(all_results: List[Dict[str, Any]], extra: Dict[str, Any]) -> str:
+    lines = ["# PostgresTransport benchmarks", ""]
+    if all_results:
+        lines += [f"Server: {all_results[0]['server']}", ""]
+    for res in all_results:
+        systems = list(res["cycle"])
+        lines += [f"## publish -> claim -> ack, jobs/s (synchronous_commit={res['sync']}, {res['seconds']} s each)", "",
+                  "| workers | " + " | ".join(systems) + " | leasequeue / best other |",
+                  "|---:|" + "---:|" * (len(systems) + 1)]
+        for workers in sorted({w for s in systems for w in res["cycle"][s]}):
+            row = [res["cycle"][s].get(workers, float("nan")) for s in systems]
+            others = [v for s, v in zip(systems, row) if s != "leasequeue"]
+            ratio = row[0] / max(others) if others and max(others) > 0 else float("nan")
+            lines.append(f"| {workers} | " + " | ".join(f"{v:,.0f}" for v in row) + f" | {ratio:.2f}x |")
+        lines += ["", f"Batches of k={BATCH} (jobs/s):", "", "| workers | " + " | ".join(res["batch"]) + " |",
+                  "|---:|" + "---:|" * len(res["batch"])]
+        for workers in (1, 8):
+            lines.append(f"| {workers} | " + " | ".join(
+                f"{res['batch'][s].get(workers, float('nan')):,.0f}" for s in res["batch"]) + " |")
+        lines.append("")
+    if "latency" in extra:
+        lines += ["## claim / ack latency with N messages queued (N/10 groups), ms (synchronous_commit=off)", "",
+                  "| N | claim p50 | claim p99 | ack p50 | ack p99 |", "|---:|---:|---:|---:|---:|"]
+        for n, lat in extra["latency"].items():
+            lines.append(f"| {int(n):,} | {lat['claim_p50']:.2f} | {lat['claim_p99']:.2f} | "
+                         f"{lat['ack_p50']:.2f} | {lat['ack_p99']:.2f} |")
+        lines.append("")
+    if "wake" in extra:
+        w = extra["wake"]
+        lines += ["## publish -> claim wake latency across processes (LISTEN/NOTIFY, synchronous_commit=off)", "",
+                  f"p50 {w['p50']:.2f} ms, p99 {w['p99']:.2f} ms over {int(w['n'])} messages", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conninfo", help="a server to use (default: start a throwaway one)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per point")
+    parser.add_argument("--quick", action="store_true", help="1 and 8 workers, 10k/100k latency only")
+    parser.add_argument("--sync", choices=["on", "off", "both"], default="both",
+                        help="synchronous_commit of the server (default: both, one after the other)")
+    parser.add_argument("--json", help="write the results as JSON")
+    parser.add_argument("--markdown", help="write the results as a Markdown report")
+    args = parser.parse_args(argv)
+    server = None
+    conninfo = args.conninfo
+    if conninfo is None:
+        from leasequeue._postgres_server import ThrowawayServer
+
+        server = ThrowawayServer()
+        conninfo = server.start()
+    try:
+        _install(conninfo)
+        print(f"systems: {', '.join(SYSTEMS)}; server: {conninfo}", flush=True)
+        results = []
+        for sync in (["on", "off"] if args.sync == "both" else [args.sync]):
+            results.append(run_all(conninfo, args.seconds, args.quick, sync))
+        extra: Dict[str, Any] = {}
+        # Latencies with synchronous_commit=off: with it on, every call waits
+        # for the WAL flush (~4 ms on this disk), which hides everything else.
+        fast = with_sync(conninfo, "off")
+        extra["wake"] = wake_latency(fast)
+        print(f"  wake latency: p50 {extra['wake']['p50']:.2f} ms, p99 {extra['wake']['p99']:.2f} ms", flush=True)
+        extra["latency"] = {}
+        for n in ((10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)):
+            extra["latency"][n] = claim_latency(fast, n)
+            lat = extra["latency"][n]
+            print(f"  latency at {n:>9,} queued: claim p50 {lat['claim_p50']:.2f} ms p99 {lat['claim_p99']:.2f} ms",
+                  flush=True)
+        report = to_markdown(results, extra)
+        print(report)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"runs": results, **{k: v for k, v in extra.items()}}, f, indent=2, default=str)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(report + "\n")
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

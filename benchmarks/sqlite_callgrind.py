@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Instructions per message for the SQLite queues, under callgrind.
+
+Wall-clock time on a shared machine drifts by several times; instruction
+counts do not.  Each measurement runs a workload twice under
+``valgrind --tool=callgrind`` (K1 and K2 cycles after the same set-up) and
+reports ``(Ir(K2) - Ir(K1)) / (K2 - K1)``: start-up, imports and prefill
+cancel out.
+
+    python3 benchmarks/sqlite_callgrind.py cycle        # leasequeue (single, k=64) vs huey, persist-queue, litequeue
+    python3 benchmarks/sqlite_callgrind.py flat         # leasequeue's cycle at 10k, 100k, 1M queued
+
+Needs valgrind, and the ``bench-sqlite`` extra for the other libraries.  The
+``flat`` run prefills its files natively first (1M messages: about a minute).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+CYCLE = r"""
+import os, pickle, sys, tempfile
+which, k = sys.argv[1], int(sys.argv[2])
+held, groups = 1000, 100
+event = {"step": "charge", "order": 17, "amount": 12.5}
+d = tempfile.mkdtemp()
+if which in ("leasequeue", "leasequeue-k64"):
+    from leasequeue import SQLiteTransport
+    t = SQLiteTransport(os.path.join(d, "q.db"))
+    t.publish_many([(f"g{i % groups}", event) for i in range(held)])
+    if which == "leasequeue":
+        def cycle(i):
+            t.publish(f"g{i % groups}", event)
+            t.ack(t.claim("w", 30.0))
+    else:
+        def cycle(i):
+            if i % 64 == 0:
+                t.publish_many([(f"g{(i + j) % groups}", event) for j in range(64)])
+                t.ack_many(t.claim_many("w", 30.0, 64))
+elif which == "huey":
+    from huey.storage import SqliteStorage
+    s = SqliteStorage(name="q", filename=os.path.join(d, "huey.db"))
+    s.conn.execute("PRAGMA synchronous=NORMAL")
+    for i in range(held):
+        s.enqueue(pickle.dumps(event))
+    def cycle(i):
+        s.enqueue(pickle.dumps(event))
+        pickle.loads(s.dequeue())
+elif which == "persist-queue":
+    import persistqueue
+    q = persistqueue.SQLiteAckQueue(os.path.join(d, "pq"), multithreading=True)
+    for c in (q._conn, q._putter):
+        c.execute("PRAGMA synchronous=NORMAL")
+    for i in range(held):
+        q.put(event)
+    def cycle(i):
+        q.put(event)
+        q.ack(q.get(block=False))
+elif which == "litequeue":
+    import litequeue
+    lq = litequeue.LiteQueue(os.path.join(d, "lq.db"))
+    for i in range(held):
+        lq.put(pickle.dumps(event).hex())
+    def cycle(i):
+        lq.put(pickle.dumps(event).hex())
+        m = lq.pop()
+        lq.done(m.message_id)
+for i in range(k):
+    cycle(i)
+"""
+
+PREFILL = r"""
+import sys
+from leasequeue import SQLiteTransport
+n, path = int(sys.argv[1]), sys.argv[2]
+groups = max(1, n // 10)
+event = {"step": "charge", "order": 17, "amount": 12.5}
+with SQLiteTransport(path) as t:
+    for s in range(0, n, 10000):
+        t.publish_many([(f"g{i % groups}", event) for i in range(s, min(n, s + 10000))])
+"""
+
+FLAT = r"""
+import shutil, sys
+from leasequeue import SQLiteTransport
+src, k, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+groups = max(1, n // 10)
+shutil.copy(src, src + ".run")
+event = {"step": "charge", "order": 17, "amount": 12.5}
+t = SQLiteTransport(src + ".run")
+for i in range(k):
+    t.publish(f"g{i % groups}", event)
+    t.ack(t.claim("w", 30.0))
+t.close()
+"""
+
+
+def env() -> dict:
+    e = dict(os.environ, PYTHONHASHSEED="0")
+    if os.path.isdir(os.path.join(SRC, "leasequeue")):
+        e["PYTHONPATH"] = SRC + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
+
+
+def instructions(script: str, *args: str) -> int:
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", script, *args],
+        capture_output=True, text=True, env=env(), check=True,
+    )
+    match = COLLECTED.search(out.stderr)
+    if not match:
+        raise RuntimeError(out.stderr[-2000:])
+    return int(match.group(1))
+
+
+def per_cycle(script: str, k1: int, k2: int, *args: str, per: int = 1) -> float:
+    low = instructions(script, args[0], str(k1), *args[1:])
+    high = instructions(script, args[0], str(k2), *args[1:])
+    return (high - low) / ((k2 - k1) * per)
+
+
+def main() -> int:
+    what = sys.argv[1] if len(sys.argv) > 1 else "cycle"
+    if what == "cycle":
+        print("| implementation | instructions per message (publish + claim + ack) |")
+        print("| --- | ---: |")
+        for name in ("leasequeue", "leasequeue-k64", "huey", "persist-queue", "litequeue"):
+            try:
+                k1, k2 = (640, 3200) if name == "leasequeue-k64" else (200, 1200)
+                print(f"| {name} | {per_cycle(CYCLE, k1, k2, name):,.0f} |", flush=True)
+            except subprocess.CalledProcessError as exc:
+                print(f"| {name} | failed: {exc.stderr.strip().splitlines()[-1]} |")
+    elif what == "flat":
+        print("| messages queued (G = N/10) | instructions per publish + claim + ack |")
+        print("| ---: | ---: |")
+        with tempfile.TemporaryDirectory() as tmp:
+            for n in (10_000, 100_000, 1_000_000):
+                path = os.path.join(tmp, f"q{n}.db")
+                subprocess.run([sys.executable, "-c", PREFILL, str(n), path], env=env(), check=True)
+                print(f"| {n:,} | {per_cycle(FLAT, 100, 600, path, str(n)):,.0f} |", flush=True)
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

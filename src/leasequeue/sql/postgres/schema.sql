@@ -1,0 +1,813 @@
+-- leasequeue schema for PostgreSQL, version 1.
+--
+-- Idempotent: PostgresTransport.install(conninfo) runs this whole file in one
+-- transaction (under an advisory lock, so concurrent installs do not race).
+-- Every object lives in the schema "leasequeue"; several named queues share
+-- the tables, each row carrying its queue's id.
+--
+-- The model is the in-memory transport's (see _inmemory_py.py): only a
+-- group's head (oldest) message can be leased or parked, so the lock state,
+-- the attempt count and the round-robin key live on the group's row.  A
+-- group row exists while the group holds messages, or while it is paused.
+--
+-- Concurrency (READ COMMITTED, every function one transaction):
+--   * claim locks group rows with FOR UPDATE SKIP LOCKED and never waits;
+--   * every other write to one group first takes the transaction advisory
+--     lock (queue, hashtext(group_id)), then, if it needs it, the group row:
+--     publishers to one group are serialised (so seq order is commit order
+--     inside a group), and an ack that empties a group cannot race a publish
+--     into it.  Nothing waits for an advisory lock while holding a row lock,
+--     so these locks cannot deadlock.
+
+CREATE SCHEMA IF NOT EXISTS leasequeue;
+
+CREATE TABLE IF NOT EXISTS leasequeue.meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS leasequeue.queues (
+    id      serial PRIMARY KEY,
+    name    text NOT NULL UNIQUE,
+    seq_oid oid NOT NULL,                                 -- this queue's message sequence
+    latest  double precision NOT NULL DEFAULT '-Infinity' -- injected-clock mode: latest time used
+);
+
+-- Round-robin key of claimed groups: the claim order.  One sequence for all
+-- queues (gaps do not change the order).
+CREATE SEQUENCE IF NOT EXISTS leasequeue.claims;
+
+-- Creation order of groups (groups() lists them in it, decisions.md).
+CREATE SEQUENCE IF NOT EXISTS leasequeue.created;
+
+CREATE TABLE IF NOT EXISTS leasequeue.groups (
+    queue           int NOT NULL,
+    group_id        text NOT NULL,
+    priority        bigint NOT NULL,
+    rr_key          bigint,            -- first seq - 2^62 if never claimed, else claim number; NULL: paused, never held a message
+    has_messages    boolean NOT NULL DEFAULT true,
+    paused          boolean NOT NULL DEFAULT false,
+    lock_state      smallint NOT NULL DEFAULT 0,  -- 0 free, 1 leased, 2 parked
+    lock_worker     text,              -- the holder, '__parked__' for a park
+    expires_at      double precision,  -- end of the lease or park ('Infinity': never)
+    attempt         int NOT NULL DEFAULT 0,       -- deliveries of the head message so far
+    open            boolean NOT NULL DEFAULT false, -- the head's latest delivery is current
+    lease_seq       bigint,            -- the delivery's message (the head)
+    lease_worker    text,              -- the delivery's worker
+    last_claimed_at double precision,
+    claim_token     bigint,            -- set by a waiting claim: lets it give the lease back if interrupted
+    created         bigint NOT NULL DEFAULT nextval('leasequeue.created'),
+    PRIMARY KEY (queue, group_id)
+);
+ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS claim_token bigint;
+ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS created bigint NOT NULL DEFAULT nextval('leasequeue.created');
+
+-- Ready groups by round-robin key (the claim's main index), and by priority
+-- level for claims with a floor above some ready group's priority.
+CREATE INDEX IF NOT EXISTS groups_ready ON leasequeue.groups (queue, rr_key)
+    WHERE lock_state = 0 AND has_messages AND NOT paused;
+CREATE INDEX IF NOT EXISTS groups_ready_level ON leasequeue.groups (queue, priority, rr_key)
+    WHERE lock_state = 0 AND has_messages AND NOT paused;
+-- Locks by expiry: expired locks are found without a scan.
+CREATE INDEX IF NOT EXISTS groups_locked ON leasequeue.groups (queue, expires_at)
+    WHERE lock_state <> 0;
+
+CREATE TABLE IF NOT EXISTS leasequeue.messages (
+    queue    int NOT NULL,
+    group_id text NOT NULL,
+    seq      bigint NOT NULL,
+    payload  bytea NOT NULL,
+    PRIMARY KEY (queue, group_id, seq)
+);
+
+-- Connections that LISTEN for a queue's notifications (one row per listening
+-- backend).  Writers send NOTIFY only while a queue has listeners: a NOTIFY
+-- serialises the commits of every notifying transaction of the database.
+CREATE TABLE IF NOT EXISTS leasequeue.listeners (
+    queue int NOT NULL,
+    pid   int NOT NULL,
+    PRIMARY KEY (queue, pid)
+);
+
+-- ------------------------------------------------------------------ queues
+
+CREATE OR REPLACE FUNCTION leasequeue.register_queue(p_name text, OUT queue_id int, OUT queue_seq oid)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+BEGIN
+    SELECT q.id, q.seq_oid INTO queue_id, queue_seq FROM leasequeue.queues q WHERE q.name = p_name;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('leasequeue.register_queue'));
+    SELECT q.id, q.seq_oid INTO queue_id, queue_seq FROM leasequeue.queues q WHERE q.name = p_name;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    queue_id := nextval(pg_get_serial_sequence('leasequeue.queues', 'id'));
+    v_name := 'leasequeue.seq_' || queue_id;
+    EXECUTE format('CREATE SEQUENCE %s', v_name);
+    queue_seq := v_name::regclass::oid;
+    INSERT INTO leasequeue.queues (id, name, seq_oid) VALUES (queue_id, p_name, queue_seq);
+END $$;
+
+-- ------------------------------------------------------------------ notifications
+
+-- The advisory lock that orders announcements against listener sign-ups.
+CREATE OR REPLACE FUNCTION leasequeue.listen_key(p_queue int) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT 4294967296 + p_queue $$;
+
+-- Tell this queue's waiting claims (on every machine) that a message of
+-- this priority became claimable, if anybody listens.  The check runs under
+-- the queue's shared listen lock, and a sign-up (listen_register) takes it
+-- exclusively before it commits: either the sign-up waited for this
+-- transaction to commit (so the new listener's first claim sees its
+-- change), or this check sees the sign-up (and notifies).
+CREATE OR REPLACE FUNCTION leasequeue.announce(p_queue int, p_payload text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(4294967296 + p_queue);
+    IF EXISTS (SELECT 1 FROM leasequeue.listeners WHERE queue = p_queue) THEN
+        PERFORM pg_notify('leasequeue_' || p_queue, p_payload);
+    END IF;
+    RETURN true;
+END $$;
+
+-- Called by a listening connection after its LISTEN: records it (and drops
+-- the records of backends that are gone), then waits for every transaction
+-- that may have decided not to notify before this sign-up.
+CREATE OR REPLACE FUNCTION leasequeue.listen_register(p_queue int)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM leasequeue.listeners l
+    WHERE l.queue = p_queue AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid);
+    INSERT INTO leasequeue.listeners (queue, pid) VALUES (p_queue, pg_backend_pid())
+    ON CONFLICT DO NOTHING;
+    PERFORM pg_advisory_xact_lock(4294967296 + p_queue);
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.listen_unregister(p_queue int)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM leasequeue.listeners WHERE queue = p_queue AND pid = pg_backend_pid();
+END $$;
+
+-- ------------------------------------------------------------------ time
+
+-- The time an operation acts at.  Server-clock mode (p_now NULL): the
+-- server's clock_timestamp() in epoch seconds.  Injected-clock mode: the
+-- caller's reading, but never before the latest time this queue used.
+CREATE OR REPLACE FUNCTION leasequeue.time_now(p_queue int, p_now double precision)
+RETURNS double precision LANGUAGE plpgsql AS $$
+DECLARE
+    v_latest double precision;
+BEGIN
+    IF p_now IS NULL THEN
+        RETURN extract(epoch FROM clock_timestamp())::double precision;
+    END IF;
+    SELECT latest INTO v_latest FROM leasequeue.queues WHERE id = p_queue;
+    RETURN GREATEST(p_now, v_latest);
+END $$;
+
+-- Injected-clock mode: record that an operation that succeeded used p_used.
+CREATE OR REPLACE FUNCTION leasequeue.time_used(p_queue int, p_now double precision, p_used double precision)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_now IS NOT NULL THEN
+        UPDATE leasequeue.queues SET latest = p_used WHERE id = p_queue AND latest < p_used;
+    END IF;
+END $$;
+
+-- ------------------------------------------------------------------ expiry
+
+-- Free every lock with expires_at < p_now (locks another transaction holds
+-- are skipped: it is changing them).  The group keeps its round-robin key
+-- and its open delivery; a group that becomes claimable is announced.
+CREATE OR REPLACE FUNCTION leasequeue.expire(p_queue int, p_now double precision)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM leasequeue.groups e
+                   WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < p_now) THEN
+        RETURN;
+    END IF;
+    WITH freed AS (
+        UPDATE leasequeue.groups g
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL
+        FROM (SELECT e.group_id FROM leasequeue.groups e
+              WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < p_now
+              FOR UPDATE SKIP LOCKED) x
+        WHERE g.queue = p_queue AND g.group_id = x.group_id
+        RETURNING g.priority, g.lease_seq, g.has_messages, g.paused
+    )
+    SELECT count(leasequeue.announce(p_queue, f.priority || ':' || coalesce(f.lease_seq, 0)))
+    INTO v_n FROM freed f WHERE f.has_messages AND NOT f.paused;
+END $$;
+
+-- ------------------------------------------------------------------ publish
+
+CREATE OR REPLACE FUNCTION leasequeue.publish(p_queue int, p_seq_oid oid, p_group text, p_payload bytea,
+                                              p_priority bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq bigint;
+    v_found boolean;
+    v_has boolean;
+    v_paused boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    SELECT has_messages, paused INTO v_has, v_paused
+    FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    v_found := FOUND;
+    v_seq := nextval(p_seq_oid::regclass);
+    IF NOT v_found THEN
+        INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key)
+        VALUES (p_queue, p_group, p_priority, v_seq - 4611686018427387904);
+        PERFORM leasequeue.announce(p_queue, p_priority || ':' || v_seq);
+    ELSIF NOT v_has THEN
+        -- A paused group that holds nothing: it takes this message (its
+        -- priority stays; one that never held a message is keyed by it).
+        UPDATE leasequeue.groups
+        SET has_messages = true,
+            rr_key = coalesce(rr_key, v_seq - 4611686018427387904)
+        WHERE queue = p_queue AND group_id = p_group;
+    END IF;
+    INSERT INTO leasequeue.messages (queue, group_id, seq, payload) VALUES (p_queue, p_group, v_seq, p_payload);
+    RETURN v_seq;
+END $$;
+
+-- Items in order, as successive publishes would: the groups' advisory locks
+-- are taken first, in a fixed order (two batches cannot deadlock), then
+-- seqs are drawn in item order and the rows written with set statements.
+CREATE OR REPLACE FUNCTION leasequeue.publish_many(p_queue int, p_seq_oid oid, p_groups text[],
+                                                   p_payloads bytea[], p_priorities bigint[])
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seqs bigint[];
+    v_n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, h)
+    FROM (SELECT DISTINCT hashtext(g) AS h FROM unnest(p_groups) g ORDER BY 1) x;
+    -- nextval runs once per row, in generate_series order: seqs follow the items.
+    SELECT coalesce(array_agg(x.v ORDER BY x.i), '{}') INTO v_seqs
+    FROM (SELECT i, nextval(p_seq_oid::regclass) AS v
+          FROM generate_series(1, coalesce(array_length(p_groups, 1), 0)) i) x;
+    -- Groups that do not exist yet: made by their first item (its priority,
+    -- never claimed, keyed by its seq), and announced.
+    WITH firsts AS (
+        SELECT DISTINCT ON (k.group_id) k.group_id, k.priority, k.seq
+        FROM unnest(p_groups, p_priorities, v_seqs) WITH ORDINALITY AS k(group_id, priority, seq, pos)
+        ORDER BY k.group_id, k.pos
+    ), made AS (
+        INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key)
+        SELECT p_queue, f.group_id, f.priority, f.seq - 4611686018427387904 FROM firsts f
+        WHERE NOT EXISTS (SELECT 1 FROM leasequeue.groups g WHERE g.queue = p_queue AND g.group_id = f.group_id)
+        ORDER BY f.seq  -- creation order (the "created" counter) follows the items
+        RETURNING priority, rr_key
+    )
+    SELECT count(leasequeue.announce(p_queue, m.priority || ':' || (m.rr_key + 4611686018427387904)))
+    INTO v_n FROM made m;
+    -- Paused groups that held nothing take their first message (their
+    -- priority stays; one that never held a message is keyed by it).
+    UPDATE leasequeue.groups g
+    SET has_messages = true,
+        rr_key = coalesce(g.rr_key, f.seq - 4611686018427387904)
+    FROM (SELECT DISTINCT ON (k.group_id) k.group_id, k.priority, k.seq
+          FROM unnest(p_groups, p_priorities, v_seqs) WITH ORDINALITY AS k(group_id, priority, seq, pos)
+          ORDER BY k.group_id, k.pos) f
+    WHERE g.queue = p_queue AND g.group_id = f.group_id AND NOT g.has_messages;
+    INSERT INTO leasequeue.messages (queue, group_id, seq, payload)
+    SELECT p_queue, k.group_id, k.seq, k.payload
+    FROM unnest(p_groups, v_seqs, p_payloads) AS k(group_id, seq, payload);
+    RETURN QUERY SELECT unnest(v_seqs);
+END $$;
+
+-- ------------------------------------------------------------------ claim
+
+-- Up to p_count successive claims at one time (claim: p_count = 1).  Each
+-- serves the ready group with the smallest round-robin key among those with
+-- priority >= p_min_priority, skipping rows another transaction holds.
+DROP FUNCTION IF EXISTS leasequeue.claim(int, text, double precision, bigint, double precision, int, boolean);
+CREATE OR REPLACE FUNCTION leasequeue.claim(p_queue int, p_worker text, p_visibility double precision,
+                                            p_min_priority bigint, p_now double precision, p_count int,
+                                            p_report boolean, p_token bigint)
+RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt int,
+               prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now double precision;
+    v_n int := 0;
+    v_g leasequeue.groups%ROWTYPE;
+    v_c leasequeue.groups%ROWTYPE;
+    v_got boolean;
+    v_lowest bigint;
+    v_level bigint;
+    v_seq bigint;
+    v_payload bytea;
+    v_done boolean := false;
+BEGIN
+    IF p_now IS NULL THEN
+        v_now := extract(epoch FROM clock_timestamp())::double precision;
+    ELSE
+        v_now := leasequeue.time_now(p_queue, p_now);
+        PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    END IF;
+    IF EXISTS (SELECT 1 FROM leasequeue.groups e
+               WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < v_now) THEN
+        PERFORM leasequeue.expire(p_queue, v_now);
+    END IF;
+    IF p_count > 1 THEN
+        -- A batch whose floor admits every ready group: the p_count ready
+        -- groups with the smallest keys, in one index walk, are exactly what
+        -- p_count successive claims take (each claimed group moves to the
+        -- back).  The loop below would walk past the rows this transaction
+        -- already claimed at every step.
+        SELECT g.priority INTO v_lowest FROM leasequeue.groups g
+        WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+        ORDER BY g.priority LIMIT 1;
+        IF FOUND AND v_lowest >= p_min_priority THEN
+            FOR v_g IN
+                SELECT * FROM leasequeue.groups g
+                WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                ORDER BY g.rr_key LIMIT p_count
+                FOR UPDATE SKIP LOCKED
+            LOOP
+                SELECT m.seq, m.payload INTO v_seq, v_payload FROM leasequeue.messages m
+                WHERE m.queue = p_queue AND m.group_id = v_g.group_id
+                ORDER BY m.seq LIMIT 1;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION 'leasequeue: group % of queue % has no message', v_g.group_id, p_queue;
+                END IF;
+                UPDATE leasequeue.groups g
+                SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
+                    attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
+                    rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now,
+                    claim_token = p_token
+                WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
+                seq := v_seq;
+                group_id := v_g.group_id;
+                payload := v_payload;
+                expires_at := v_now + p_visibility;
+                attempt := v_g.attempt + 1;
+                prev_rr := v_g.rr_key;
+                prev_last := v_g.last_claimed_at;
+                prev_open := v_g.open;
+                prev_worker := v_g.lease_worker;
+                RETURN NEXT;
+                v_n := v_n + 1;
+            END LOOP;
+            IF v_n < p_count AND NOT p_report THEN
+                RETURN;  -- nothing else is claimable now
+            END IF;
+            v_done := true;
+        END IF;
+    END IF;
+    WHILE v_n < p_count AND NOT v_done LOOP
+        SELECT g.priority INTO v_lowest FROM leasequeue.groups g
+        WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+        ORDER BY g.priority LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        v_got := false;
+        IF v_lowest >= p_min_priority THEN
+            -- The floor admits every ready group: one walk of the ready index.
+            SELECT * INTO v_g FROM leasequeue.groups g
+            WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+            ORDER BY g.rr_key LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            v_got := FOUND;
+        ELSE
+            -- Visit each priority level >= the floor (a loose index scan) and
+            -- keep the best head of each: O(L log G) for L levels.
+            SELECT g.priority INTO v_level FROM leasequeue.groups g
+            WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+              AND g.priority >= p_min_priority
+            ORDER BY g.priority LIMIT 1;
+            WHILE FOUND LOOP
+                SELECT * INTO v_c FROM leasequeue.groups g
+                WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                  AND g.priority = v_level
+                ORDER BY g.rr_key LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                IF FOUND AND (NOT v_got OR v_c.rr_key < v_g.rr_key) THEN
+                    v_g := v_c;
+                    v_got := true;
+                END IF;
+                SELECT g.priority INTO v_level FROM leasequeue.groups g
+                WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                  AND g.priority > v_level
+                ORDER BY g.priority LIMIT 1;
+            END LOOP;
+        END IF;
+        EXIT WHEN NOT v_got;
+        SELECT m.seq, m.payload INTO v_seq, v_payload FROM leasequeue.messages m
+        WHERE m.queue = p_queue AND m.group_id = v_g.group_id
+        ORDER BY m.seq LIMIT 1;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'leasequeue: group % of queue % has no message', v_g.group_id, p_queue;
+        END IF;
+        UPDATE leasequeue.groups g
+        SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
+            attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
+            rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now,
+                    claim_token = p_token
+        WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
+        seq := v_seq;
+        group_id := v_g.group_id;
+        payload := v_payload;
+        expires_at := v_now + p_visibility;
+        attempt := v_g.attempt + 1;
+        prev_rr := v_g.rr_key;
+        prev_last := v_g.last_claimed_at;
+        prev_open := v_g.open;
+        prev_worker := v_g.lease_worker;
+        RETURN NEXT;
+        v_n := v_n + 1;
+    END LOOP;
+    IF p_report AND v_n < p_count THEN
+        -- For a waiting claim that got nothing: one more row (seq NULL) with
+        -- the earliest lock end (expires_at), the time used (prev_last), and
+        -- whether a claimable group was skipped because another transaction
+        -- held its row (prev_open).
+        seq := NULL;
+        group_id := NULL;
+        payload := NULL;
+        attempt := NULL;
+        prev_rr := NULL;
+        prev_worker := NULL;
+        prev_last := v_now;
+        SELECT g.expires_at INTO expires_at FROM leasequeue.groups g
+        WHERE g.queue = p_queue AND g.lock_state <> 0 ORDER BY g.expires_at LIMIT 1;
+        prev_open := leasequeue.claimable(p_queue, p_min_priority);
+        RETURN NEXT;
+    END IF;
+END $$;
+
+-- Is any group claimable under this floor right now?  (A waiting claim asks
+-- after an empty claim: a row another transaction held was skipped.)
+CREATE OR REPLACE FUNCTION leasequeue.claimable(p_queue int, p_min_priority bigint)
+RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM leasequeue.groups g
+                   WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                     AND g.priority >= p_min_priority);
+END $$;
+
+-- Undo a claim whose caller was cancelled before it got the lease: the
+-- group's state before the claim comes back (attempt, round-robin key,
+-- the previous delivery), and the message is announced again.
+CREATE OR REPLACE FUNCTION leasequeue.unclaim(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                              p_worker text, p_prev_rr bigint, p_prev_last double precision,
+                                              p_prev_open boolean, p_prev_worker text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+BEGIN
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
+       OR v_g.lease_worker IS DISTINCT FROM p_worker OR v_g.lock_state <> 1 THEN
+        RETURN false;
+    END IF;
+    UPDATE leasequeue.groups
+    SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = p_attempt - 1,
+        open = p_prev_open, lease_worker = CASE WHEN p_prev_open THEN p_prev_worker END,
+        lease_seq = CASE WHEN p_prev_open THEN p_seq END,
+        rr_key = p_prev_rr, last_claimed_at = p_prev_last
+    WHERE queue = p_queue AND group_id = p_group;
+    IF NOT v_g.paused THEN
+        PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || p_seq);
+    END IF;
+    RETURN true;
+END $$;
+
+-- Give back the lease a waiting claim made if the caller was interrupted
+-- before it got the answer (it may or may not have committed): the
+-- message is free again (that delivery counts as an attempt, as a crash
+-- would) and announced.  Rare: a scan of the queue's locked groups.
+CREATE OR REPLACE FUNCTION leasequeue.release_token(p_queue int, p_token bigint)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    v_n int := 0;
+    v_g record;
+BEGIN
+    FOR v_g IN
+        UPDATE leasequeue.groups g
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, open = false, claim_token = NULL
+        WHERE g.queue = p_queue AND g.lock_state = 1 AND g.open AND g.claim_token = p_token
+        RETURNING g.priority, g.lease_seq, g.paused
+    LOOP
+        v_n := v_n + 1;
+        IF NOT v_g.paused THEN
+            PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_g.lease_seq);
+        END IF;
+    END LOOP;
+    RETURN v_n;
+END $$;
+
+-- ------------------------------------------------------------------ settle
+
+-- The group row of a current delivery, locked; NULL fields if not current.
+CREATE OR REPLACE FUNCTION leasequeue.current(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                              p_worker text)
+RETURNS leasequeue.groups LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+BEGIN
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
+       OR v_g.lease_worker IS DISTINCT FROM p_worker THEN
+        RETURN NULL;
+    END IF;
+    RETURN v_g;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.ack(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                          p_worker text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_next bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
+       OR v_g.lease_worker IS DISTINCT FROM p_worker THEN
+        RETURN false;
+    END IF;
+    DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group AND seq = p_seq;
+    SELECT seq INTO v_next FROM leasequeue.messages
+    WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+    IF FOUND THEN
+        UPDATE leasequeue.groups
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
+            lease_seq = NULL, lease_worker = NULL
+        WHERE queue = p_queue AND group_id = p_group;
+        IF NOT v_g.paused THEN
+            PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_next);
+        END IF;
+    ELSIF v_g.paused THEN
+        UPDATE leasequeue.groups
+        SET has_messages = false, lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0,
+            open = false, lease_seq = NULL, lease_worker = NULL
+        WHERE queue = p_queue AND group_id = p_group;
+    ELSE
+        DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    END IF;
+    RETURN true;
+END $$;
+
+-- Returns the 1-based positions of the leases that were not current.  All
+-- the groups' advisory locks are taken first, in a fixed order; then the
+-- batch is settled with set statements (one ack per group at most: after
+-- it, the group's next message has no open delivery).
+CREATE OR REPLACE FUNCTION leasequeue.ack_many(p_queue int, p_groups text[], p_seqs bigint[],
+                                               p_attempts int[], p_workers text[])
+RETURNS SETOF int LANGUAGE plpgsql AS $$
+DECLARE
+    v_pos int[];
+    v_groups text[];
+    v_seqs bigint[];
+    v_n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, h)
+    FROM (SELECT DISTINCT hashtext(g) AS h FROM unnest(p_groups) g ORDER BY 1) x;
+    PERFORM 1 FROM leasequeue.groups g
+    WHERE g.queue = p_queue AND g.group_id = ANY (p_groups)
+    ORDER BY g.group_id FOR UPDATE;
+    -- The current leases: for each group, the first position naming its open delivery.
+    SELECT coalesce(array_agg(c.pos), '{}'), coalesce(array_agg(c.group_id), '{}'),
+           coalesce(array_agg(c.seq), '{}')
+    INTO v_pos, v_groups, v_seqs
+    FROM (SELECT DISTINCT ON (k.group_id) k.pos::int AS pos, k.group_id, k.seq
+          FROM unnest(p_groups, p_seqs, p_attempts, p_workers) WITH ORDINALITY
+               AS k(group_id, seq, attempt, worker, pos)
+          JOIN leasequeue.groups g ON g.queue = p_queue AND g.group_id = k.group_id
+          WHERE g.open AND g.attempt = k.attempt AND g.lease_seq = k.seq AND g.lease_worker = k.worker
+          ORDER BY k.group_id, k.pos) c;
+    DELETE FROM leasequeue.messages m
+    USING unnest(v_groups, v_seqs) AS c(group_id, seq)
+    WHERE m.queue = p_queue AND m.group_id = c.group_id AND m.seq = c.seq;
+    -- Groups with a next message (or paused) stay, free; the others are forgotten.
+    WITH nxt AS (
+        SELECT c.group_id,
+               (SELECT min(m.seq) FROM leasequeue.messages m
+                WHERE m.queue = p_queue AND m.group_id = c.group_id) AS head
+        FROM unnest(v_groups) AS c(group_id)
+    ), freed AS (
+        UPDATE leasequeue.groups g
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
+            lease_seq = NULL, lease_worker = NULL, has_messages = (n.head IS NOT NULL)
+        FROM nxt n
+        WHERE g.queue = p_queue AND g.group_id = n.group_id AND (n.head IS NOT NULL OR g.paused)
+        RETURNING g.priority, g.paused, n.head
+    )
+    SELECT count(leasequeue.announce(p_queue, f.priority || ':' || f.head)) INTO v_n
+    FROM freed f WHERE f.head IS NOT NULL AND NOT f.paused;
+    DELETE FROM leasequeue.groups g
+    USING unnest(v_groups) AS c(group_id)
+    WHERE g.queue = p_queue AND g.group_id = c.group_id AND NOT g.paused
+      AND NOT EXISTS (SELECT 1 FROM leasequeue.messages m WHERE m.queue = p_queue AND m.group_id = g.group_id);
+    RETURN QUERY
+    SELECT i FROM generate_series(1, coalesce(array_length(p_groups, 1), 0)) i
+    WHERE NOT (i = ANY (v_pos)) ORDER BY i;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.nack(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                           p_worker text, p_delay double precision, p_now double precision)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_now double precision;
+BEGIN
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    IF v_g.group_id IS NULL THEN
+        RETURN false;
+    END IF;
+    IF p_delay = 0 THEN
+        UPDATE leasequeue.groups
+        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, open = false
+        WHERE queue = p_queue AND group_id = p_group;
+        IF NOT v_g.paused THEN
+            PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || p_seq);
+        END IF;
+    ELSE
+        v_now := leasequeue.time_now(p_queue, p_now);
+        UPDATE leasequeue.groups
+        SET lock_state = 2, lock_worker = '__parked__', expires_at = v_now + p_delay, open = false
+        WHERE queue = p_queue AND group_id = p_group;
+        PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+        -- Waiting claims elsewhere learn the new expiry.
+        PERFORM leasequeue.announce(p_queue, 'expiry');
+    END IF;
+    RETURN true;
+END $$;
+
+-- The new expires_at, or NULL if the lease is not current.
+CREATE OR REPLACE FUNCTION leasequeue.extend(p_queue int, p_group text, p_seq bigint, p_attempt int,
+                                             p_worker text, p_visibility double precision,
+                                             p_now double precision)
+RETURNS double precision LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_now double precision;
+BEGIN
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    IF v_g.group_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_now := leasequeue.time_now(p_queue, p_now);
+    UPDATE leasequeue.groups
+    SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility
+    WHERE queue = p_queue AND group_id = p_group;
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    RETURN v_now + p_visibility;
+END $$;
+
+-- ------------------------------------------------------------------ reading
+
+CREATE OR REPLACE FUNCTION leasequeue.stats(p_queue int, p_now double precision,
+    OUT messages bigint, OUT groups bigint, OUT leased bigint, OUT parked bigint, OUT paused bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now double precision;
+BEGIN
+    v_now := leasequeue.time_now(p_queue, p_now);
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    PERFORM leasequeue.expire(p_queue, v_now);
+    SELECT count(*) INTO messages FROM leasequeue.messages m WHERE m.queue = p_queue;
+    SELECT count(*) FILTER (WHERE g.has_messages),
+           count(*) FILTER (WHERE g.lock_state = 1 AND g.expires_at >= v_now),
+           count(*) FILTER (WHERE g.lock_state = 2 AND g.expires_at >= v_now),
+           count(*) FILTER (WHERE g.paused)
+    INTO groups, leased, parked, paused
+    FROM leasequeue.groups g WHERE g.queue = p_queue;
+END $$;
+
+-- The earliest lock end of the queue, and the server's time now.
+CREATE OR REPLACE FUNCTION leasequeue.next_expiry(p_queue int, OUT expires_at double precision,
+                                                  OUT server_now double precision)
+LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+BEGIN
+    SELECT g.expires_at INTO expires_at FROM leasequeue.groups g
+    WHERE g.queue = p_queue AND g.lock_state <> 0 ORDER BY g.expires_at LIMIT 1;
+    server_now := extract(epoch FROM clock_timestamp())::double precision;
+END $$;
+
+-- ------------------------------------------------------------------ control plane
+
+CREATE OR REPLACE FUNCTION leasequeue.pause(p_queue int, p_group text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_paused boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    SELECT paused INTO v_paused FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key, has_messages, paused)
+        VALUES (p_queue, p_group, 0, NULL, false, true);
+        RETURN true;
+    END IF;
+    IF v_paused THEN
+        RETURN false;
+    END IF;
+    UPDATE leasequeue.groups SET paused = true WHERE queue = p_queue AND group_id = p_group;
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.resume(p_queue int, p_group text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_head bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT (v_g.paused OR v_g.lock_state = 2) THEN
+        RETURN false;
+    END IF;
+    IF NOT v_g.has_messages THEN
+        DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;  -- forgotten
+        RETURN true;
+    END IF;
+    UPDATE leasequeue.groups
+    SET paused = false,
+        lock_state = CASE WHEN lock_state = 2 THEN 0 ELSE lock_state END,
+        lock_worker = CASE WHEN lock_state = 2 THEN NULL ELSE lock_worker END,
+        expires_at = CASE WHEN lock_state = 2 THEN NULL ELSE expires_at END
+    WHERE queue = p_queue AND group_id = p_group;
+    IF v_g.lock_state <> 1 THEN
+        SELECT seq INTO v_head FROM leasequeue.messages
+        WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+        PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_head);
+    END IF;
+    RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.purge(p_queue int, p_group text)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    PERFORM 1 FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    WITH gone AS (DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group RETURNING 1)
+    SELECT count(*) INTO v_n FROM gone;
+    DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    RETURN v_n;
+END $$;
+
+CREATE OR REPLACE FUNCTION leasequeue.set_priority(p_queue int, p_group text, p_priority bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+BEGIN
+    UPDATE leasequeue.groups SET priority = p_priority
+    WHERE queue = p_queue AND group_id = p_group
+    RETURNING * INTO v_g;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_g.lock_state = 0 AND v_g.has_messages AND NOT v_g.paused THEN
+        PERFORM leasequeue.announce(p_queue, p_priority || ':' || coalesce(v_g.rr_key, 0) || ':p');
+    END IF;
+    RETURN true;
+END $$;
+
+-- One group (p_group) or every group (p_group NULL), as of now.
+CREATE OR REPLACE FUNCTION leasequeue.group_info(p_queue int, p_group text, p_now double precision)
+RETURNS TABLE (group_id text, priority bigint, messages bigint, paused boolean, lock_state smallint,
+               head_seq bigint, lock_worker text, expires_at double precision, attempt int,
+               last_claimed_at double precision)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now double precision;
+BEGIN
+    v_now := leasequeue.time_now(p_queue, p_now);
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    PERFORM leasequeue.expire(p_queue, v_now);
+    RETURN QUERY
+    SELECT g.group_id, g.priority, coalesce(m.n, 0), g.paused,
+           CASE WHEN g.lock_state <> 0 AND g.expires_at < v_now THEN 0::smallint ELSE g.lock_state END,
+           m.head, g.lock_worker, g.expires_at, g.attempt, g.last_claimed_at
+    FROM leasequeue.groups g
+    LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.messages x
+                       WHERE x.queue = g.queue AND x.group_id = g.group_id) m ON true
+    WHERE g.queue = p_queue AND (p_group IS NULL OR g.group_id = p_group)
+    ORDER BY g.created;
+END $$;
+
+INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '1')
+ON CONFLICT (key) DO NOTHING;

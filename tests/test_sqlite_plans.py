@@ -1,0 +1,141 @@
+"""The SQLite transport's statements go through indexes, never a scan of the
+messages or of all groups (SPEC Part 3: claims are O(log G)).
+
+``EXPLAIN QUERY PLAN`` of every statement of ``queries.sql`` that a hot
+operation runs (claim, ack, nack, extend, expiry, publish), and of the
+statements inside the schema's triggers, on a file holding many groups and
+messages.  Allowed: ``SEARCH`` through an index or the primary key; the one
+ordered walk ``SCAN ... USING INDEX lq_groups_ready`` that ``LIMIT`` stops at
+the first entries (claims with the common floor); scans of the recursive
+``level`` table (one row per distinct ready priority) and of claim_many's
+picks (at most ``max_count`` per level); a constant row.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from leasequeue import SQLiteTransport
+from leasequeue._sqlfiles import load_queries, load_statements
+
+QUERIES = load_queries("sqlite")
+
+#: statement -> parameters to explain it with
+HOT = {
+    "publish": ("g1", 0, b"x"),
+    "last_seq": (),
+    "group_state": ("g1",),
+    "use_time": (5.0,),
+    "use_time_and_claims": (5.0, 1),
+    "use_time_only": (5.0,),
+    "take_claims": (1,),
+    "now": (),
+    "find_claimable": (0,),
+    "find_claimable_many": (0, 64),
+    "batch_add": ("g1", 0, b"x"),
+    "batch_take_seqs": (),
+    "batch_groups": (100,),
+    "batch_messages": (100,),
+    "batch_clear": (),
+    "lease": (1, "w", 10.0, 5, 1.0),
+    "unclaim": ("g1", 1, 1, "w"),
+    "ack": ("g1", 1, 1, "w"),
+    "nack_now": ("g1", 1, 1, "w"),
+    "park": ("g1", 1, 1, "w", 5.0),
+    "extend": ("g1", 1, 1, "w", 5.0),
+    "counts": (),
+    "count_messages": (),
+    "top_ready_priority": (),
+    "next_expiry": (),
+    "find_group": ("g1",),
+    "pause": (1,),
+    "resume": (1,),
+    "purge_messages": (1,),
+    "forget_group": (1,),
+    "set_priority": ("g1", 3),
+    "group_info": ("g1",),
+}
+
+OK_SCAN = re.compile(
+    r"^(SCAN lq_groups USING (COVERING )?INDEX lq_groups_ready\b"  # ORDER BY rr_key LIMIT 1: first entry
+    r"|SCAN level\b|SCAN CONSTANT ROW|SCAN lq_state\b|SCAN s\b"  # levels; lq_state (alias s) is one row
+    r"|SCAN picked\b|SCAN \(subquery-\d+\)"  # claim_many's picks: at most max_count per level
+    r"|SCAN (temp\.)?(lq_batch|b)\b)"  # publish_many's staged items: the batch itself
+)
+
+
+def trigger_statements() -> list[str]:
+    """The statements inside the schema's triggers, with new./old. made parameters."""
+    out = []
+    for statement in load_statements("sqlite"):
+        if not statement.upper().startswith("CREATE TRIGGER"):
+            continue
+        body = statement[statement.upper().index("BEGIN") + len("BEGIN"): statement.upper().rindex("END")]
+        for inner in body.split(";"):
+            inner = inner.strip()
+            if inner:
+                out.append(re.sub(r"\b(new|old)\.\w+", "?", inner))
+    return out
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory: Any) -> Any:
+    path = tmp_path_factory.mktemp("plans") / "q.db"
+    with SQLiteTransport(path) as t:
+        t.publish_many([(f"g{i % 5000}", i, i % 7) for i in range(20000)])
+        for _ in range(100):
+            t.claim("w", 30)
+    import sqlite3
+
+    connection = sqlite3.connect(path)
+    connection.execute(QUERIES["create_batch_table"])
+    connection.execute("ANALYZE")  # the planner with statistics, as a long-lived file has them
+    yield connection
+    connection.close()
+
+
+def plan(conn: Any, sql: str, params: tuple[Any, ...]) -> list[str]:
+    return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+
+
+def check(lines: list[str], what: str) -> None:
+    for line in lines:
+        if line.startswith("SCAN") and not OK_SCAN.match(line):
+            raise AssertionError(f"{what}: a scan in its plan: {line!r}\n" + "\n".join(lines))
+        if "TEMP B-TREE" in line:
+            # only the level walk and publish_many sort: their rows are the distinct
+            # ready priorities' picks, or the batch's own items
+            bounded = ("SCAN level", "SCAN lq_batch", "SCAN temp.lq_batch", "SCAN b")
+            assert any(x.startswith(bounded) for x in lines), f"{what}: {lines}"
+
+
+@pytest.mark.parametrize("name", sorted(HOT))
+def test_statement_uses_indexes(conn: Any, name: str) -> None:
+    lines = plan(conn, QUERIES[name], HOT[name])
+    check(lines, name)
+    if name in ("find_claimable", "ack", "group_state", "find_group", "set_priority", "unclaim"):
+        assert any("SEARCH lq_groups USING" in line or "SEARCH g USING" in line for line in lines), lines
+
+
+def test_every_hot_path_query_is_checked() -> None:
+    """A query added to queries.sql without a plan check fails here."""
+    # an INSERT; groups() is O(G) by contract; DDL
+    unchecked = set(QUERIES) - set(HOT) - {"pause_new", "groups_info", "create_batch_table"}
+    assert not unchecked
+
+
+@pytest.mark.parametrize("index", range(len(trigger_statements())))
+def test_trigger_statements_use_indexes(conn: Any, index: int) -> None:
+    sql = trigger_statements()[index]
+    params = tuple([1] * sql.count("?"))
+    check(plan(conn, sql, params), sql[:60])
+
+
+def test_the_claim_walks_priorities_only_for_an_uncommon_floor(conn: Any) -> None:
+    lines = plan(conn, QUERIES["find_claimable"], (0,))
+    assert "SCAN lq_groups USING INDEX lq_groups_ready" in lines
+    assert any("lq_groups_ready_by_priority" in line for line in lines)
+    assert not any("lq_messages" in line and not line.startswith("SEARCH") for line in lines)

@@ -1,0 +1,816 @@
+"""Waiting for work (SPEC Part 2): ``claim(timeout=)``, ``aclaim``, ``close()``.
+
+Real threads and real event loops, on both implementations.  Liveness
+bounds are generous (a loaded 2-core machine): "promptly" means well within
+seconds, never a speed threshold.  Interrupts of the main thread run in a
+subprocess (``test_waiting_signals.py``), the idle CPU check too
+(``test_waiting_idle.py``); the stress run with waiting workers is in
+``test_stress.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from types import ModuleType
+from typing import Any, Callable, List, Optional
+
+import pytest
+
+from leasequeue.testing import ManualClock
+
+from helpers import IS_CPYTHON, fingerprint, lease_key
+
+#: How long a test waits for something that must happen (not a speed bound).
+PATIENCE = 20.0
+
+
+class Waiter(threading.Thread):
+    """A thread blocked in ``t.claim(..., timeout=...)``; ``result`` when done."""
+
+    def __init__(self, t: Any, worker: str = "w", visibility: float = 30.0, min_priority: int = 0,
+                 timeout: Optional[float] = PATIENCE) -> None:
+        super().__init__(daemon=True)
+        self.t = t
+        self.args = (worker, visibility, min_priority)
+        self.timeout = timeout
+        self.result: Any = "not returned"
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.t.claim(*self.args, timeout=self.timeout)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def done(self) -> bool:
+        return not self.is_alive()
+
+
+def until(condition: Callable[[], Any], what: str, patience: float = PATIENCE) -> None:
+    """Wait (polling in the test, not in the transport) until ``condition()``."""
+    deadline = time.monotonic() + patience
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        time.sleep(0.002)
+
+
+async def queued(t: Any, n: int) -> None:
+    """In a coroutine: wait until ``n`` claims are queued in ``t`` (bounded)."""
+    deadline = time.monotonic() + PATIENCE
+    while t._waiting_count() < n:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {n} queued claims")
+        await asyncio.sleep(0.002)
+
+
+def start_waiters(t: Any, n: int, **kwargs: Any) -> List[Waiter]:
+    """Start ``n`` waiting threads one at a time, each queued before the next."""
+    waiters = []
+    for i in range(n):
+        w = Waiter(t, worker=f"w{i}", **kwargs)
+        base = t._waiting_count()
+        w.start()
+        until(lambda: t._waiting_count() == base + 1, f"waiter {i} queued")
+        waiters.append(w)
+    return waiters
+
+
+def joined(waiters: List[Waiter]) -> None:
+    for w in waiters:
+        w.join(PATIENCE)
+        assert not w.is_alive(), "a waiting claim did not return"
+        assert w.error is None, repr(w.error)
+
+
+# ---------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize(
+    "timeout, error",
+    [(-1, ValueError), (-0.5, ValueError), (math.nan, ValueError), (-math.inf, ValueError), (True, TypeError),
+     ("1", TypeError), (1j, TypeError), (b"1", TypeError)],
+)
+def test_bad_timeout_is_refused_before_the_clock_is_read(transport_cls: Any, timeout: Any, error: type) -> None:
+    clock = ManualClock()
+    t = transport_cls(clock=clock)
+    t.publish("g", "e")
+    with pytest.raises(error):
+        t.claim("w", 1.0, timeout=timeout)
+    with pytest.raises(error):
+        asyncio.run(t.aclaim("w", 1.0, timeout=timeout))
+    assert clock.reads == 0
+    assert t.stats().leased == 0 and t._waiting_count() == 0
+
+
+def test_timeout_is_checked_after_the_other_arguments(transport: Any) -> None:
+    with pytest.raises(TypeError, match="worker_id"):
+        transport.claim(1, 1.0, timeout=-1)
+    with pytest.raises(ValueError, match="visibility"):
+        transport.claim("w", -1, timeout="x")
+    with pytest.raises(TypeError, match="min_priority"):
+        transport.claim("w", 1.0, "x", timeout=-1)
+    with pytest.raises(ValueError, match="timeout"):
+        transport.claim("w", 1.0, 0, timeout=-1)
+
+
+def test_timeout_is_keyword_only(transport: Any) -> None:
+    with pytest.raises(TypeError):
+        transport.claim("w", 1.0, 0, 5.0)
+
+
+@pytest.mark.parametrize("timeout", [0, 0.0, -0.0])
+def test_zero_timeout_is_part_one_claim(transport: Any, clock: ManualClock, timeout: float) -> None:
+    assert transport.claim("w", 1.0, timeout=timeout) is None
+    transport.publish("g", "e")
+    reads = clock.reads
+    lease = transport.claim("w", 1.0, timeout=timeout)
+    assert clock.reads == reads + 1
+    assert (lease.seq, lease.expires_at, lease.attempt) == (1, 1001.0, 1)
+
+
+def test_nonzero_timeout_claims_at_once_when_something_is_eligible(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    reads = clock.reads
+    lease = transport.claim("w", 2.0, timeout=30)
+    assert clock.reads == reads + 1  # one reading, as a claim without timeout
+    assert (lease.seq, lease.worker_id, lease.expires_at, lease.attempt) == (1, "w", 1002.0, 1)
+    lease = asyncio.run(_publish_then_aclaim(transport))
+    assert (lease.seq, lease.group_id) == (2, "h")
+
+
+async def _publish_then_aclaim(t: Any) -> Any:
+    t.publish("h", "e2")
+    return await t.aclaim("w", 2.0)
+
+
+def test_waiting_claim_returns_none_at_its_deadline(transport: Any) -> None:
+    start = time.monotonic()
+    assert transport.claim("w", 1.0, timeout=0.2) is None
+    assert time.monotonic() - start >= 0.19
+    assert asyncio.run(transport.aclaim("w", 1.0, timeout=0.2)) is None
+    assert transport._waiting_count() == 0 and transport.stats().leased == 0
+
+
+def test_infinite_timeout_means_no_deadline(transport: Any) -> None:
+    w = Waiter(transport, timeout=math.inf)
+    w.start()
+    until(lambda: transport._waiting_count() == 1, "queued")
+    time.sleep(0.1)
+    assert w.is_alive()
+    transport.publish("g", "e")
+    joined([w])
+    assert w.result.seq == 1
+
+
+def test_aclaim_is_a_coroutine_function(transport_cls: Any) -> None:
+    assert asyncio.iscoroutinefunction(transport_cls.aclaim)
+
+
+# ------------------------------------------------------------------- close
+
+
+def test_close_is_idempotent_and_sets_closed(transport: Any) -> None:
+    assert transport.closed is False
+    transport.close()
+    transport.close()
+    assert transport.closed is True
+
+
+def test_after_close_waiting_claims_return_at_once_and_the_rest_works(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.close()
+    reads = clock.reads
+    start = time.monotonic()
+    assert transport.claim("w", 1.0, timeout=None) is None
+    assert transport.claim("w", 1.0, timeout=30) is None
+    assert asyncio.run(transport.aclaim("w", 1.0)) is None
+    assert time.monotonic() - start < PATIENCE / 2
+    assert clock.reads == reads  # no clock read, nothing claimed
+    assert transport.stats().leased == 0
+    lease = transport.claim("w", 1.0)  # timeout=0: exactly Part 1, closed or not
+    assert lease.seq == 1
+    transport.ack(lease)
+    assert transport.publish("g", "e2") == 2
+    assert asyncio.run(transport.aclaim("w", 1.0, timeout=0)).seq == 2
+
+
+def test_close_wakes_waiting_threads_and_coroutines(transport_cls: Any) -> None:
+    t = transport_cls()
+    threads = start_waiters(t, 4, timeout=None)
+
+    async def coroutines() -> List[Any]:
+        tasks = [asyncio.ensure_future(t.aclaim(f"a{i}", 30.0)) for i in range(4)]
+        await queued(t, 8)
+        await asyncio.get_running_loop().run_in_executor(None, t.close)
+        return await asyncio.wait_for(asyncio.gather(*tasks), PATIENCE)
+
+    assert asyncio.run(coroutines()) == [None] * 4
+    joined(threads)
+    assert [w.result for w in threads] == [None] * 4
+    assert t._wake_counts()[1] == 8  # every one woken by close
+    start = time.monotonic()
+    assert t.claim("w", 1.0, timeout=None) is None
+    assert time.monotonic() - start < PATIENCE / 2
+
+
+def test_worker_loop_ends_on_close(transport_cls: Any) -> None:
+    t = transport_cls()
+    handled = []
+
+    def worker() -> None:
+        while (lease := t.claim("worker-1", 30.0, timeout=None)) is not None:
+            handled.append(lease.event)
+            t.ack(lease)
+
+    th = threading.Thread(target=worker, daemon=True)
+    th.start()
+    for i in range(50):
+        t.publish(f"g{i % 7}", i)
+    until(lambda: len(handled) == 50, "all handled")
+    t.close()
+    th.join(PATIENCE)
+    assert not th.is_alive()
+    assert sorted(handled) == list(range(50)) and len(t) == 0
+
+
+# ---------------------------------------------------- what wakes a waiter
+
+
+def test_publish_wakes_a_waiting_thread(transport: Any, clock: ManualClock) -> None:
+    [w] = start_waiters(transport, 1)
+    transport.publish("g", "e")
+    joined([w])
+    assert (w.result.seq, w.result.group_id, w.result.worker_id, w.result.attempt) == (1, "g", "w0", 1)
+    assert w.result.expires_at == clock.now + 30.0
+    assert transport.stats().leased == 1
+
+
+def test_ack_exposing_the_next_message_wakes_a_waiter(transport: Any) -> None:
+    transport.publish("g", "first")
+    transport.publish("g", "second")
+    lease = transport.claim("x", 30.0)
+    [w] = start_waiters(transport, 1)
+    time.sleep(0.05)
+    assert w.is_alive()  # the group is in flight: nothing for it yet
+    transport.ack(lease)
+    joined([w])
+    assert (w.result.seq, w.result.event) == (2, "second")
+
+
+def test_nack_zero_wakes_a_waiter_with_the_same_message(transport: Any) -> None:
+    transport.publish("g", "e")
+    lease = transport.claim("x", 30.0)
+    [w] = start_waiters(transport, 1)
+    transport.nack(lease)
+    joined([w])
+    assert (w.result.seq, w.result.attempt, w.result.worker_id) == (1, 2, "w0")
+
+
+def test_lease_expiry_wakes_a_waiter_by_itself(transport_cls: Any) -> None:
+    t = transport_cls(clock=time.monotonic)
+    t.publish("g", "e")
+    first = t.claim("crashed", 0.2)
+    [w] = start_waiters(t, 1)
+    joined([w])  # nothing else happens: the expiry is noticed by the clock alone
+    assert (w.result.seq, w.result.attempt) == (1, 2)
+    assert w.result.expires_at - 30.0 > first.expires_at
+
+
+def test_park_expiry_wakes_a_waiter_by_itself(transport_cls: Any) -> None:
+    t = transport_cls(clock=time.monotonic)
+    t.publish("g", "e")
+    t.nack(t.claim("x", 30.0), delay=0.2)
+    [w] = start_waiters(t, 1)
+    joined([w])
+    assert (w.result.seq, w.result.attempt) == (1, 2)
+
+
+def test_expiry_applied_by_another_threads_stats_wakes_a_waiter(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.claim("crashed", 100.0)
+    [w] = start_waiters(transport, 1)
+    time.sleep(0.05)
+    assert w.is_alive()
+    clock.advance(101.0)  # the lease is over by the clock, but nobody looked
+    start = time.monotonic()
+    other = threading.Thread(target=transport.stats)
+    other.start()
+    other.join(PATIENCE)
+    joined([w])
+    # the expiry timer sleeps ~100 s of real time here: stats() did it
+    assert time.monotonic() - start < 50.0
+    assert (w.result.seq, w.result.attempt, w.result.expires_at) == (1, 2, clock.now + 30.0)
+
+
+@pytest.mark.parametrize("operation", ["claim", "extend", "nack_delay"])
+def test_other_clock_reading_operations_serve_waiters(transport: Any, clock: ManualClock, operation: str) -> None:
+    transport.publish("g", "e")
+    transport.publish("h", "f")
+    transport.claim("crashed", 100.0)  # g
+    other = transport.claim("x", 500.0)  # h
+    [w] = start_waiters(transport, 1, min_priority=0)
+    clock.advance(101.0)
+    if operation == "claim":
+        assert transport.claim("y", 1.0, min_priority=5) is None  # expires g, takes nothing
+    elif operation == "extend":
+        transport.extend(other, 500.0)
+    else:
+        transport.nack(other, delay=500.0)
+    joined([w])
+    assert (w.result.group_id, w.result.attempt) == ("g", 2)
+
+
+def test_asyncio_waiter_is_woken_from_another_thread(transport_cls: Any) -> None:
+    t = transport_cls()
+
+    async def main() -> Any:
+        task = asyncio.ensure_future(t.aclaim("a", 30.0))
+        await queued(t, 1)
+        threading.Thread(target=t.publish, args=("g", "e")).start()
+        return await asyncio.wait_for(task, PATIENCE)
+
+    lease = asyncio.run(main())
+    assert (lease.seq, lease.worker_id) == (1, "a")
+
+
+def test_asyncio_waiter_is_woken_from_another_event_loop(transport_cls: Any) -> None:
+    t = transport_cls()
+    ready = threading.Event()
+    got: List[Any] = []
+
+    async def waiting() -> None:
+        task = asyncio.ensure_future(t.aclaim("a", 30.0))
+        await queued(t, 1)
+        ready.set()
+        got.append(await asyncio.wait_for(task, PATIENCE))
+
+    async def publishing() -> None:
+        while not ready.is_set():
+            await asyncio.sleep(0.002)
+        t.publish("g", "e")
+
+    th = threading.Thread(target=asyncio.run, args=(waiting(),))
+    th.start()
+    asyncio.run(publishing())
+    th.join(PATIENCE)
+    assert got and got[0].seq == 1
+
+
+def test_asyncio_waiter_is_woken_by_its_own_loop(transport_cls: Any) -> None:
+    t = transport_cls()
+
+    async def main() -> Any:
+        task = asyncio.ensure_future(t.aclaim("a", 30.0))
+        await queued(t, 1)
+        t.publish("g", "e")  # on the waiter's own loop thread
+        return await asyncio.wait_for(task, PATIENCE)
+
+    assert asyncio.run(main()).seq == 1
+
+
+# ------------------------------------------------------------------ floors
+
+
+def test_a_floor_above_the_priority_is_not_woken(transport: Any) -> None:
+    [high] = start_waiters(transport, 1, min_priority=5, timeout=0.5)
+    transport.publish("low", "e", priority=0)
+    joined([high])
+    assert high.result is None  # slept through it, returned at its deadline
+    assert transport._wake_counts() == (0, 0)
+    assert transport.claim("x", 1.0).group_id == "low"
+    [low] = start_waiters(transport, 1, min_priority=0)
+    [high] = start_waiters(transport, 1, min_priority=5, timeout=0.5)
+    transport.publish("low2", "e", priority=0)
+    joined([low, high])
+    assert (low.result.group_id, high.result) == ("low2", None)
+    assert transport._wake_counts() == (1, 0)
+
+
+def test_each_floor_gets_what_it_admits(transport: Any) -> None:
+    [high] = start_waiters(transport, 1, min_priority=5)
+    [low] = start_waiters(transport, 1, min_priority=0)
+    transport.publish("p0", "e", priority=0)
+    low.join(PATIENCE)
+    assert low.result.group_id == "p0"
+    assert high.is_alive()
+    transport.publish("p9", "e", priority=9)
+    joined([high])
+    assert high.result.group_id == "p9"
+    assert transport._wake_counts()[0] == 2
+
+
+def test_the_longest_waiter_admitted_wins_across_floors(transport: Any) -> None:
+    waiters = start_waiters(transport, 3, min_priority=0)
+    waiters[1:1] = start_waiters(transport, 1, min_priority=3)  # arrives 4th, sits 2nd in the list
+    transport.publish("p5", "e", priority=5)  # admitted by all: the longest (w0 of floor 0) wins
+    waiters[0].join(PATIENCE)
+    assert waiters[0].result.group_id == "p5"
+    transport.publish("p4", "e", priority=4)  # admitted by all left: w1 of floor 0 waited longest
+    waiters[2].join(PATIENCE)
+    assert waiters[2].result.group_id == "p4"
+    transport.publish("p3", "e", priority=3)  # w2 of floor 0 waited longer than the floor-3 one
+    waiters[3].join(PATIENCE)
+    assert waiters[3].result.group_id == "p3"
+    transport.publish("p7", "e", priority=7)
+    joined(waiters)
+    assert waiters[1].result.group_id == "p7"
+
+
+# ---------------------------------------------------------------- fairness
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["one-at-a-time", "back-to-back"])
+def test_leases_go_to_the_waiters_in_waiting_order(transport: Any, quick: bool) -> None:
+    waiters = start_waiters(transport, 8)
+    for i, w in enumerate(waiters):
+        transport.publish(f"new-{i}", i)
+        if not quick:
+            w.join(PATIENCE)
+    joined(waiters)
+    assert [w.result.event for w in waiters] == list(range(8))
+    assert [w.result.worker_id for w in waiters] == [f"w{i}" for i in range(8)]
+
+
+def test_asyncio_waiters_are_served_in_waiting_order(transport_cls: Any) -> None:
+    t = transport_cls()
+
+    async def main() -> List[Any]:
+        tasks = []
+        for i in range(8):
+            tasks.append(asyncio.ensure_future(t.aclaim(f"a{i}", 30.0)))
+            await queued(t, i + 1)
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: [t.publish(f"new-{i}", i) for i in range(8)])
+        return await asyncio.wait_for(asyncio.gather(*tasks), PATIENCE)
+
+    assert [lease.event for lease in asyncio.run(main())] == list(range(8))
+
+
+def test_a_claim_that_does_not_wait_takes_its_own_message_first(transport: Any) -> None:
+    [w] = start_waiters(transport, 1)
+    transport.publish("g", "e")  # goes to the waiter
+    joined([w])
+    assert transport.claim("x", 1.0) is None
+    assert w.result.group_id == "g"
+
+
+# -------------------------------------------------------------------- herd
+
+
+def test_one_publish_wakes_one_of_32_waiters(transport: Any) -> None:
+    waiters = start_waiters(transport, 32, timeout=None)
+    transport.publish("g", "e")
+    until(lambda: sum(w.done() for w in waiters) == 1, "one waiter returned")
+    time.sleep(0.2)
+    done = [w for w in waiters if w.done()]
+    assert len(done) == 1 and done[0] is waiters[0] and done[0].result.seq == 1
+    assert transport._wake_counts() == (1, 0)  # one wake promised, to the one served
+    assert transport._waiting_count() == 31  # the others are still asleep in the queue
+    transport.close()
+    joined(waiters)
+    assert transport._wake_counts() == (1, 31)
+    assert [w.result for w in waiters[1:]] == [None] * 31
+
+
+def test_a_waiter_not_served_does_not_read_the_clock_again(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.claim("x", 30.0)  # an expiry to watch: the timer is armed, no waiter is kicked
+    waiters = start_waiters(transport, 4, timeout=None)
+    reads = clock.reads
+    transport.publish("h", "f")  # served to w0: one read, by the publish
+    waiters[0].join(PATIENCE)
+    time.sleep(0.2)
+    assert clock.reads == reads + 1
+    assert sum(w.done() for w in waiters) == 1
+    transport.close()
+    joined(waiters)
+
+
+# ------------------------------------------------------- interrupts, undo
+
+
+def test_a_cancelled_aclaim_leaves_nothing_leased(transport_cls: Any) -> None:
+    t = transport_cls()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(t.aclaim("a", 30.0))
+        await queued(t, 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert t._waiting_count() == 0
+        t.publish("g", "e")
+        assert t.stats().leased == 0
+        with pytest.raises((asyncio.TimeoutError, TimeoutError)):
+            await asyncio.wait_for(t.aclaim("b", 30.0, min_priority=1), 0.05)
+        assert t._waiting_count() == 0
+
+    asyncio.run(main())
+    assert t.claim("c", 1.0).seq == 1
+
+
+def _hand_off_then_cancel(t: Any, trigger: Callable[[], Any], second_waiter: bool) -> Optional[Any]:
+    """An aclaim is handed a lease by ``trigger()`` (run on its own loop's
+    thread, so its future is resolved right there) and cancelled before it
+    runs again; returns what a second waiter got, if there is one."""
+
+    async def main() -> Optional[Any]:
+        first = asyncio.ensure_future(t.aclaim("first", 30.0))
+        await queued(t, 1)
+        second = None
+        if second_waiter:
+            second = asyncio.ensure_future(t.aclaim("second", 30.0))
+            await queued(t, 2)
+        handed = t._wake_counts()[0]
+        trigger()
+        assert t._wake_counts()[0] == handed + 1 and t._waiting_count() == int(second_waiter)
+        first.cancel()  # before it runs: its CancelledError undoes the hand-off
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return None if second is None else await asyncio.wait_for(second, PATIENCE)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("second_waiter", [False, True], ids=["alone", "next-waiter"])
+@pytest.mark.parametrize("kind", ["never-claimed", "expired-lease"])
+def test_a_handed_off_lease_of_a_cancelled_waiter_is_undone_exactly(
+    transport_cls: Any, kind: str, second_waiter: bool
+) -> None:
+    """Same attempt counts, round-robin order, open deliveries and times as a
+    transport where the hand-off never happened; the message goes to the
+    next waiter with attempt 1 of its own."""
+
+    def setup(t: Any) -> Any:
+        t.publish("a", "ea")
+        t.ack(t.claim("x", 5.0))  # claim 1; "a" is forgotten
+        t.publish("b", "eb", priority=2)
+        return t.claim("x", 5.0)  # "b", claim 2: nothing is eligible now
+
+    def trigger(t: Any, clock: ManualClock) -> None:
+        if kind == "never-claimed":
+            t.publish("d", "ed")  # a new group: handed over
+        else:
+            clock.advance(10.0)
+            t.stats()  # expires "b"'s lease and hands "b" over (attempt 2, its old delivery was open)
+
+    clock, ref_clock = ManualClock(), ManualClock()
+    t, ref = transport_cls(clock=clock), transport_cls(clock=ref_clock)
+    held, ref_held = setup(t), setup(ref)
+    got = _hand_off_then_cancel(t, lambda: trigger(t, clock), second_waiter)
+    trigger(ref, ref_clock)
+    expected = ref.claim("second", 30.0) if second_waiter else None
+    assert lease_key(got) == lease_key(expected)
+    if expected is not None:
+        assert expected.attempt == (2 if kind == "expired-lease" else 1)
+    assert t.stats() == ref.stats()
+    if kind == "expired-lease" and not second_waiter:
+        t.ack(held)  # the expired lease is current again, as it was before the hand-off
+        ref.ack(ref_held)
+    assert fingerprint(t, clock) == fingerprint(ref, ref_clock)
+
+
+def test_undo_after_the_handed_lease_expired_and_was_claimed_again(transport_cls: Any) -> None:
+    clock = ManualClock()
+    t = transport_cls(clock=clock)
+
+    async def main() -> Any:
+        first = asyncio.ensure_future(t.aclaim("first", 1.0))
+        await queued(t, 1)
+        t.publish("g", "e")  # handed to "first", visibility 1
+        clock.advance(2.0)
+        again = t.claim("other", 30.0)  # expires that lease and takes the message: attempt 2
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return again
+
+    again = asyncio.run(main())
+    assert (again.seq, again.attempt) == (1, 2)
+    assert t.stats().leased == 1
+    t.ack(again)  # still current: the undo did not touch a delivery that was not its own
+    assert len(t) == 0
+
+
+def test_undo_after_the_handed_lease_expired_unclaimed(transport_cls: Any) -> None:
+    clock = ManualClock()
+    t = transport_cls(clock=clock)
+    t.publish("before", "b")  # never claimed, older: served first by round-robin after the undo
+
+    async def main() -> None:
+        t.ack(t.claim("x", 1.0))  # "before" gone
+        t.publish("before", "b2")
+        t.ack(t.claim("x", 1.0))
+        first = asyncio.ensure_future(t.aclaim("first", 1.0))
+        await queued(t, 1)
+        t.publish("g", "e")  # handed to "first"
+        clock.advance(2.0)
+        t.stats()  # its lease expires: the group is ready again, under the hand-off's key
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+
+    asyncio.run(main())
+    t.publish("h", "f")
+    order = []
+    while (lease := t.claim("y", 30.0)) is not None:
+        order.append((lease.group_id, lease.attempt))
+    assert order == [("g", 1), ("h", 1)]  # never claimed, in seq order: as if nothing happened
+
+
+def test_deadline_racing_a_hand_off_returns_the_lease(transport: Any) -> None:
+    woken = []
+    rec = transport._waiter("w", 30.0, 0, lambda: woken.append(1))
+    assert transport._wait_start(rec) is None  # queued
+    transport.publish("g", "e")  # handed over just as the deadline passes
+    assert woken == [1]
+    lease = transport._wait_end(rec, True)  # the waiting side's deadline path
+    assert (lease.seq, lease.worker_id) == (1, "w")
+    assert transport._wait_end(rec, False) is None  # idempotent; the lease stays granted
+    transport.ack(lease)
+    assert len(transport) == 0
+
+
+@pytest.mark.skipif(not IS_CPYTHON, reason="PyThreadState_SetAsyncExc is CPython's")
+def test_keyboard_interrupt_in_a_woken_thread_undoes_its_hand_off(transport: Any) -> None:
+    """KeyboardInterrupt in a waiting thread (not the main one: raised there
+    with ``PyThreadState_SetAsyncExc``, the way a signal handler's would be),
+    pending when the thread is handed a lease: the thread raises instead of
+    returning it, and the message goes to the next waiter, attempt 1."""
+    import ctypes
+
+    first, second = start_waiters(transport, 2, timeout=None)
+    assert first.ident is not None
+    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+    assert set_async_exc(first.ident, KeyboardInterrupt) == 1  # delivered when it runs Python code again
+    transport.publish("g", "e")  # handed to "first", which wakes into the KeyboardInterrupt
+    first.join(PATIENCE)
+    second.join(PATIENCE)
+    assert isinstance(first.error, KeyboardInterrupt)
+    assert second.error is None
+    assert (second.result.worker_id, second.result.group_id, second.result.attempt) == ("w1", "g", 1)
+    assert transport.stats().leased == 1 and transport._waiting_count() == 0
+    assert transport._wake_counts()[0] == 2
+
+
+def test_a_closed_event_loop_gives_its_lease_to_the_next_waiter(transport_cls: Any) -> None:
+    t = transport_cls()
+    loop = asyncio.new_event_loop()
+    coro = t.aclaim("lost", 30.0)
+    task = loop.create_task(coro)
+    loop.run_until_complete(asyncio.sleep(0.01))  # the task is waiting now
+    assert t._waiting_count() == 1
+    [w] = start_waiters(t, 1)
+    loop.close()  # closed without cancelling its task: nobody will take a lease there
+    t.publish("g", "e")  # handed to "lost": its wake finds the loop closed and gives it back
+    joined([w])
+    assert (w.result.worker_id, w.result.attempt) == ("w0", 1)
+    assert t.stats().leased == 1
+    del task
+    coro.close()
+
+
+# ------------------------------------------------ 1,000 cancelled aclaims
+
+
+def test_a_thousand_aclaims_cancelled_at_random_while_a_thread_publishes(impl: ModuleType) -> None:
+    import random
+
+    t = impl.InMemoryTransport()
+    rng = random.Random(1000)
+    returned: List[Any] = []
+    published: List[int] = []
+    publishing = threading.Event()
+
+    def publisher() -> None:
+        publishing.wait()
+        for i in range(600):
+            published.append(t.publish(f"g{i}", i))
+            if i % 7 == 0:
+                time.sleep(0.0005)
+
+    async def one(i: int) -> None:
+        lease = None
+        if i % 3 == 0:
+            async with _timeout(rng.uniform(0.001, 0.3)):
+                lease = await t.aclaim(f"a{i}", 1000.0)
+        else:
+            lease = await t.aclaim(f"a{i}", 1000.0)
+        if lease is not None:
+            returned.append(lease)
+
+    async def main() -> None:
+        tasks = [asyncio.ensure_future(one(i)) for i in range(1000)]
+        await asyncio.sleep(0)
+        publishing.set()
+        for task in rng.sample(tasks, 500):
+            await asyncio.sleep(rng.uniform(0, 0.0005))
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    th = threading.Thread(target=publisher)
+    th.start()
+
+    async def run() -> None:
+        main_task = asyncio.ensure_future(main())
+        while not (len(published) == 600 and not th.is_alive()):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        t.close()  # the tasks still waiting return None
+        await asyncio.wait_for(main_task, PATIENCE)
+
+    asyncio.run(run())
+    th.join(PATIENCE)
+    seqs = [lease.seq for lease in returned]
+    assert len(seqs) == len(set(seqs)), "a message was delivered twice"
+    assert all(lease.attempt == 1 for lease in returned)
+    assert t.stats().leased == len(returned), "a lease without an owner"
+    assert t._waiting_count() == 0
+    rest = []
+    while (lease := t.claim("drain", 1.0)) is not None:
+        rest.append(lease.seq)
+    assert sorted(seqs + rest) == sorted(published)
+    assert all(lease.attempt == 1 for lease in returned)
+
+
+class _timeout:
+    """``asyncio.timeout`` (3.11+) where there is one, else ``wait_for``-like."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.cm: Any = None
+
+    async def __aenter__(self) -> None:
+        if hasattr(asyncio, "timeout"):
+            self.cm = asyncio.timeout(self.delay)
+            await self.cm.__aenter__()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self.cm = asyncio.get_running_loop().call_later(self.delay, task.cancel)
+
+    async def __aexit__(self, *exc: Any) -> Optional[bool]:
+        if hasattr(asyncio, "timeout"):
+            try:
+                return await self.cm.__aexit__(*exc)
+            except TimeoutError:
+                return True
+        self.cm.cancel()
+        return exc[0] is asyncio.CancelledError
+
+
+class _HandedRightAfterStart:
+    """The transport, except that a message is published (and so handed to
+    the waiting record) just after ``_wait_start`` returned: what another
+    thread may do at any moment once the lock is released."""
+
+    def __init__(self, t: Any, group: str) -> None:
+        self.t = t
+        self.group = group
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.t, name)
+
+    def _wait_start(self, rec: Any) -> Any:
+        lease = self.t._wait_start(rec)
+        assert lease is None
+        self.t.publish(self.group, "e")
+        return lease
+
+
+def test_a_lease_handed_over_just_after_queueing_is_returned(transport: Any) -> None:
+    from leasequeue._waiting import aclaim_wait, claim_wait
+
+    lease = claim_wait(_HandedRightAfterStart(transport, "g"), "w", 30.0, 0, 5.0)
+    assert lease is not None and (lease.seq, lease.worker_id) == (1, "w")
+    lease = asyncio.run(aclaim_wait(_HandedRightAfterStart(transport, "h"), "a", 30.0, 0, 5.0))
+    assert lease is not None and (lease.seq, lease.group_id, lease.worker_id) == (2, "h", "a")
+    assert transport.stats().leased == 2 and transport._waiting_count() == 0
+
+
+def test_the_expiry_timer_hands_off_an_expired_lease_under_a_manual_clock(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.claim("crashed", 0.3)  # expires at 1000.3 by the manual clock
+    [w] = start_waiters(transport, 1)
+    clock.advance(1.0)  # and nothing else: the timer (asleep ~0.3 s) looks, sees it expired
+    joined([w])
+    assert (w.result.seq, w.result.attempt, w.result.expires_at) == (1, 2, clock.now + 30.0)
+
+
+def test_the_expiry_timer_does_not_spin_on_a_clock_that_stands_still(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.claim("x", 0.0)  # expires_at == now: due, but never expired while the clock stands still
+    [w] = start_waiters(transport, 1, timeout=None)
+    reads = clock.reads
+    time.sleep(1.5)
+    looks = clock.reads - reads  # the timer's readings: it backs off, doubling up to 0.5 s
+    assert 1 <= looks <= 20, looks
+    assert w.is_alive()
+    clock.advance(1.0)
+    joined([w])
+    assert w.result.attempt == 2
