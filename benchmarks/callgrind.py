@@ -9,9 +9,14 @@ K2 full cycles -- and reports ``(Ir(K2) - Ir(K1)) / (K2 - K1)``: the
 interpreter start-up, imports and prefill cancel out, leaving the
 instructions of one cycle (loop overhead included, as in the timings).
 
+With ``--batch K`` the cycle is batched: ``publish_many`` of K items +
+``claim_many`` of K + ``ack_many`` of those leases, and the figure is per
+message (implementations with batches only: cython, pure).
+
 Usage::
 
     PYTHONPATH=src python3 benchmarks/callgrind.py            # N=10k, G=1k
+    PYTHONPATH=src python3 benchmarks/callgrind.py --impls cython,pure --batch 64
     python3 benchmarks/callgrind.py --n 100000 --groups 10000 --impls cython,floor
     python3 benchmarks/callgrind.py --json results/callgrind.json
 
@@ -46,10 +51,12 @@ def _env() -> Dict[str, str]:
     return env
 
 
-def instructions(impl: str, n: int, g: int, k: int, kmax: int, python: str, cache_sim: bool = False) -> Dict[str, int]:
+def instructions(
+    impl: str, n: int, g: int, k: int, kmax: int, python: str, cache_sim: bool = False, batch: int = 0
+) -> Dict[str, int]:
     """Event totals of one run (``Ir``; with ``cache_sim`` also ``D1mr``,
     ``D1mw``, ...): prefill ``n`` in ``g`` groups, then ``k`` cycles (the
-    list of publish targets is built for ``kmax``)."""
+    list of publish targets is built for ``kmax``; ``batch``: batched)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         cmd = [
@@ -66,7 +73,7 @@ def instructions(impl: str, n: int, g: int, k: int, kmax: int, python: str, cach
             str(g),
             str(k),
             str(kmax),
-        ]
+        ] + ([str(batch)] if batch else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())
         if proc.returncode != 0:
             raise RuntimeError(f"{impl}: callgrind run failed:\n{proc.stderr[-2000:]}")
@@ -91,6 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument(
         "--cache-sim", action="store_true", help="also simulate the caches: L1 data read/write misses per cycle"
     )
+    ap.add_argument("--batch", type=int, default=0, metavar="K", help="batched cycles of K messages; per message")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
         sys.stderr.write("valgrind not found on PATH (apt-get install valgrind)\n")
@@ -102,26 +110,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     for impl in impls:
         sys.stderr.write(f"callgrind: {impl} (N={args.n}, G={args.groups}, K={args.k1} and {args.k2}) ...\n")
         try:
-            a = instructions(impl, args.n, args.groups, args.k1, args.k2, args.python, args.cache_sim)
-            b = instructions(impl, args.n, args.groups, args.k2, args.k2, args.python, args.cache_sim)
+            a = instructions(impl, args.n, args.groups, args.k1, args.k2, args.python, args.cache_sim, args.batch)
+            b = instructions(impl, args.n, args.groups, args.k2, args.k2, args.python, args.cache_sim, args.batch)
         except RuntimeError as exc:
             sys.stderr.write(f"  skipped: {str(exc).splitlines()[0]}\n")
             rows.append({"impl": impl, "error": str(exc)[-500:]})
             continue
-        per = {key: (b[key] - a[key]) / (args.k2 - args.k1) for key in b}
+        done = args.k2 - args.k1 if not args.batch else (args.k2 // args.batch - args.k1 // args.batch) * args.batch
+        per = {key: (b[key] - a[key]) / done for key in b}
         row = {"impl": impl, "ir_k1": a["Ir"], "ir_k2": b["Ir"], "ir_per_cycle": per["Ir"]}
         if args.cache_sim:
             row["d1_read_misses_per_cycle"] = per.get("D1mr")
             row["d1_write_misses_per_cycle"] = per.get("D1mw")
         rows.append(row)
     ref = next((r["ir_per_cycle"] for r in rows if r["impl"] == "cython" and "ir_per_cycle" in r), None)
-    print(
-        f"Instructions per publish+claim+ack cycle (N={args.n}, G={args.groups};"
-        " valgrind callgrind, PYTHONHASHSEED=0)"
+    what = (
+        f"message of the batched cycle (publish_many + claim_many + ack_many of {args.batch})"
+        if args.batch
+        else "publish+claim+ack cycle"
     )
+    print(f"Instructions per {what} (N={args.n}, G={args.groups}; valgrind callgrind, PYTHONHASHSEED=0)")
     print()
     extra = " L1d read misses / cycle | L1d write misses / cycle |" if args.cache_sim else ""
-    print("| implementation | instructions / cycle | / Cython |" + extra)
+    unit = "message" if args.batch else "cycle"
+    print(f"| implementation | instructions / {unit} | / Cython |" + extra)
     print("|---|---:|---:|" + ("---:|---:|" if args.cache_sim else ""))
     for r in rows:
         if "ir_per_cycle" not in r:

@@ -59,6 +59,10 @@ if command -v valgrind > /dev/null; then
     --json "$out/callgrind-cachesim-10k.json" > "$out/callgrind-cachesim-10k.md"
   "$PY" benchmarks/callgrind.py --impls cython,floor,queue --cache-sim --n 1000000 --groups 100000 \
     --json "$out/callgrind-cachesim-1M.json" > "$out/callgrind-cachesim-1M.md"
+  # The batched cycle, per message, for each batch size (next to callgrind.md's single calls).
+  for k in 1 16 64 256; do
+    "$PY" benchmarks/callgrind.py --impls cython,pure --batch "$k" --json "$out/callgrind-batch-$k.json"
+  done > "$out/callgrind-batches.md"
 else
   echo "valgrind not installed: callgrind.md not regenerated" >&2
 fi

@@ -100,7 +100,7 @@ def test_unknown_implementation_is_refused() -> None:
 
 def test_json_has_every_implementation_and_key(smoke: Dict[str, Any]) -> None:
     report = smoke["json"]
-    assert set(report) >= {"meta", "results", "ratios", "memory", "targets"}
+    assert set(report) >= {"meta", "results", "ratios", "batches", "memory", "targets"}
     meta = report["meta"]
     assert set(meta["implementations"]) == _expected_impls()
     assert meta["machine"]["python"] == sys.version.split()[0]
@@ -171,6 +171,36 @@ def test_markdown_table_names_every_implementation(smoke: Dict[str, Any]) -> Non
         assert f"- {g['target']} {g['goal']}: {g['why']}." in md
     assert "issue" not in md.lower()
 
+
+
+def test_batches_and_control_plane_sections(smoke: Dict[str, Any]) -> None:
+    """The batched cycle per message (each batch size, next to the single-call
+    cycles and the floor) and the control plane per call, in the JSON and
+    the Markdown; the two batch goals are judged."""
+    batches = smoke["json"]["batches"]
+    assert set(batches) == {"cycle", "cycle_ratios", "control", "control_ratios"}
+    with_batches = _expected_impls() & {"cython", "pure"}
+    measured = {(r["impl"], r["k"]) for r in batches["cycle"]}
+    expected = {(i, k) for i in with_batches for k in (0, 1, 16, 64, 256)}
+    if "floor" in _expected_impls():
+        expected.add(("floor", 0))
+    assert measured == expected
+    for r in batches["cycle"] + batches["control"]:
+        assert r["n"] == 1000 and r["groups"] == 100
+        assert 0 < r["min_ns"] <= r["median_ns"] <= r["max_ns"]
+    refs = {(r["impl"], r["k"], r["ref"]) for r in batches["cycle_ratios"]}
+    assert all((i, k, i) in refs for i, k in expected if k)
+    assert {(r["impl"], r["op"]) for r in batches["control"]} == {
+        (i, op) for i in with_batches for op in ("claim", "pause+resume", "group")
+    }
+    assert all(r["ref"] == "claim" and r["ratio"] > 0 for r in batches["control_ratios"])
+    md = smoke["markdown"]
+    assert "## Batches: publish_many + claim_many + ack_many, per message" in md
+    assert "## Control plane, per call" in md
+    if "cython" in _expected_impls():
+        names = [g["target"] for g in smoke["json"]["targets"]]
+        assert "Cython batched (k=64) / Cython single calls" in names
+        assert "Cython batched (k=64) / floor single calls" in names
 
 
 def test_seed_baseline_chooses_what_the_transport_chooses() -> None:
@@ -251,6 +281,7 @@ def test_waiting_only_and_no_waiting(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(json_path.read_text())
     assert report["results"] == [] and report["memory"] == [] and report["waiting"]["wake_thread"]
+    assert report["batches"]["cycle"] == [] and report["batches"]["control"] == []
     assert "## Waiting for work" in proc.stdout
     proc = _run("bench", "--smoke", "--no-progress", "--no-waiting", "--no-memory", "--json", str(json_path))
     assert proc.returncode == 0, proc.stderr

@@ -204,6 +204,17 @@ def _error(call: Any) -> tuple[type, str]:
         lambda t, lease: t.claim("w", 1.0, timeout="1"),
         lambda t, lease: t.claim("w", 1.0, timeout=True),
         lambda t, lease: __import__("asyncio").run(t.aclaim("w", 1.0, timeout=-0.5)),
+        lambda t, lease: t.pause(5),
+        lambda t, lease: t.set_priority("g", 2**63),
+        lambda t, lease: t.set_priority("g", 1.5),
+        lambda t, lease: t.claim_many("w", 1.0, -1),
+        lambda t, lease: t.claim_many("w", 1.0, 1.5),
+        lambda t, lease: t.claim_many("w", 1.0, True),
+        lambda t, lease: t.publish_many([["g", None]]),
+        lambda t, lease: t.publish_many([("g",)]),
+        lambda t, lease: t.publish_many([("g", None, 1, 2)]),
+        lambda t, lease: t.publish_many([("g", None, True)]),
+        lambda t, lease: t.ack_many([lease, None]),
     ],
 )
 def test_same_error_messages(pure: ModuleType, compiled: ModuleType, bad: Any) -> None:

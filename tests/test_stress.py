@@ -43,6 +43,17 @@ when someone waits.  The asyncio tasks share one thread, so their claims'
 clock readings are not attributed (their other operations are).  At a
 checkpoint the tasks are parked outside any claim, so the queue of waiting
 claims is empty and nothing can be handed off while the log is compared.
+
+With ``operator=True`` an operator thread pauses, resumes, purges and
+re-prioritises random groups while the others run (the control plane,
+SPEC Part 2).  The checks then allow exactly what those calls may do, and
+only when the log's bounds say the call could have come in between: a
+purge may remove messages (they must add up to what the purges returned,
+and each must have been published before a purge of its group returned),
+end a lease early, and justify a ``LeaseLost``; a resume may end a park
+early.  On top: no claim lands wholly inside a pause of its group, and at
+the checkpoints ``len``, ``stats()`` and ``groups()`` agree, with each
+other and with the operator's own record of which groups are paused.
 """
 
 from __future__ import annotations
@@ -58,7 +69,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from leasequeue.testing import ManualClock
 
@@ -112,6 +123,7 @@ class StressConfig:
     waiting_workers: int = 0  # of ``workers``, how many claim with a timeout (Part 2)
     async_workers: int = 0  # asyncio tasks claiming with ``aclaim``, in one extra thread
     wait_timeout: float = 0.02  # their timeout: short, so that they see checkpoints and the end
+    operator: bool = False  # a thread pausing, resuming, purging and re-prioritising groups
 
 
 @dataclass
@@ -158,20 +170,41 @@ class StressResult:
     waited: int = 0  # deliveries to waiting claims (threads and asyncio tasks)
     async_deliveries: int = 0
     max_group_concurrency: int = 0
+    pauses: int = 0
+    resumes: int = 0
+    purges: int = 0
+    purged: int = 0  # messages the purges removed (the sum of what they returned)
+    priority_changes: int = 0
     seconds: float = 0.0
     problems: List[str] = field(default_factory=list)
 
     def summary(self) -> str:
+        operator = (
+            f"{self.pauses} pauses, {self.resumes} resumes, {self.purges} purges removing "
+            f"{self.purged} messages, {self.priority_changes} priority changes, "
+            if self.pauses or self.resumes or self.purges
+            else ""
+        )
         return (
             f"{self.impl}/{self.clock}: {self.threads} threads, {self.groups} groups, "
             f"{self.published} messages, {self.ops} ops, {self.deliveries} deliveries, "
             f"{self.acks} acks, {self.nacks} nack(0), {self.parks} parks, {self.extends} extends, "
             f"{self.crashes} crashes, {self.late_acks} late acks, {self.lease_lost} LeaseLost, "
-            f"{self.stale_probes} stale probes, {self.checkpoints} checkpoints, "
+            f"{self.stale_probes} stale probes, {operator}{self.checkpoints} checkpoints, "
             f"{self.waited} to waiting claims ({self.async_deliveries} asyncio), "
             f"max group concurrency {self.max_group_concurrency}, {self.seconds:.1f}s, "
             f"{len(self.problems)} problems"
         )
+
+
+class Control(NamedTuple):
+    """One call of the operator thread: ``op`` on a group, its result and
+    log indices (the operator is one thread: its calls are in order)."""
+
+    op: str  # "pause" | "resume" | "purge" | "set_priority"
+    result: Any
+    inv: int
+    ret: int
 
 
 class _Log:
@@ -180,7 +213,9 @@ class _Log:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.index = 0
-        self.published: Dict[int, Tuple[str, Any, int]] = {}  # seq -> (group, event, ret)
+        self.published: Dict[int, Tuple[str, Any, int, int]] = {}  # seq -> (group, event, ret, inv)
+        self.control: Dict[str, List[Control]] = {}  # group -> the operator's calls on it, in order
+        self.purged = 0  # messages removed by purges (what they returned)
         self.deliveries: Dict[Tuple[int, int], Delivery] = {}
         self.acked: Dict[int, List[Tuple[int, int]]] = {}  # seq -> [(inv, ret)] of successful acks
         self.problems: List[str] = []
@@ -253,7 +288,9 @@ class _Run:
         self.in_flight = 0  # publishes that took a quota and are not in the log yet
         self.done = False
         self.pause = False
-        self.barrier = threading.Barrier(cfg.workers + cfg.publishers + 1 + (cfg.async_workers > 0))
+        self.barrier = threading.Barrier(cfg.workers + cfg.publishers + 1 + (cfg.async_workers > 0) + cfg.operator)
+        self.operator_done = not cfg.operator  # every pause lifted, nothing more to do
+        self.paused: set[str] = set()  # the operator's record of the groups it paused
         self.deadline = None if cfg.duration is None else time.monotonic() + cfg.duration
         # with waiting claims, publish/ack/nack(0) read the clock (once) to hand a message off
         self.waiting = cfg.waiting_workers > 0 or cfg.async_workers > 0
@@ -283,7 +320,7 @@ class _Run:
         names = self.group_names
         while not self.done:
             self._maybe_pause()
-            if not self.publishing or len(log.published) - len(log.acked) > self.cfg.max_backlog:
+            if not self.publishing or len(log.published) - len(log.acked) - log.purged > self.cfg.max_backlog:
                 self._idle()
                 continue
             with self.publish_lock:
@@ -299,16 +336,74 @@ class _Run:
             group = rng.choice(names)
             event = object()
             self.clock.reset()
+            inv = log.tick()
             seq = t.publish(group, event, rng.choice((-1, 0, 0, 1, 2)))
             self._reads("publish", 0)
             with log.lock:
                 log.index += 1
                 if seq in log.published:
                     log.problems.append(f"publish returned seq {seq} twice")
-                log.published[seq] = (group, event, log.index)
+                log.published[seq] = (group, event, log.index, inv)
                 log.counts["ops"] = log.counts.get("ops", 0) + 1
             with self.publish_lock:
                 self.in_flight -= 1
+
+    def operator(self) -> None:
+        """Pause, resume, purge and re-prioritise random groups while the
+        others run; once publishing is over and the backlog is down to a
+        tenth of what was published, lift every pause and stop."""
+        rng = random.Random(self.cfg.seed * 1000 + 999)
+        t = self.transport
+        names = self.group_names
+        purge = 0.9 + (0.03 if len(names) >= 200 else 0.01)  # a purge of a hot group removes a lot
+        log = self.log
+        while not self.done:
+            self._maybe_pause()
+            if self.operator_done:
+                self._idle()
+                continue
+            with log.lock:
+                left = len(log.published) - len(log.acked) - log.purged
+                winding_down = not self.publishing and left * 10 <= len(log.published)
+            if winding_down:
+                for group in sorted(self.paused):
+                    self._control(t.resume, "resume", group)
+                self.paused.clear()
+                self.operator_done = True
+                self._idle()
+                continue
+            group = rng.choice(names)
+            roll = rng.random()
+            if roll < 0.45:
+                self._control(t.pause, "pause", group)
+                self.paused.add(group)
+            elif roll < 0.9:
+                self._control(t.resume, "resume", group)
+                self.paused.discard(group)
+            elif roll < purge:
+                self._control(t.purge, "purge", group)
+                self.paused.discard(group)
+            else:
+                self._control(t.set_priority, "set_priority", group, rng.choice((-1, 0, 1, 2)))
+            time.sleep(0.0002)
+
+    def _control(self, call: Callable[..., Any], op: str, group: str, *args: Any) -> None:
+        log = self.log
+        self.clock.reset()
+        inv = log.tick()
+        try:
+            result = call(group, *args)
+        except Exception as exc:  # noqa: BLE001 - recorded
+            log.problem(f"operator: {op}({group!r}) raised {exc!r}")
+            return
+        self._reads(op, 0)
+        with log.lock:
+            log.index += 1
+            log.control.setdefault(group, []).append(Control(op, result, inv, log.index))
+            log.counts[op] = log.counts.get(op, 0) + 1
+            log.counts["ops"] = log.counts.get("ops", 0) + 1
+            if op == "purge":
+                log.purged += result
 
     def ticker(self) -> None:
         assert self.fake is not None
@@ -528,6 +623,9 @@ class _Run:
 
     def checkpoint(self) -> None:
         """All threads are parked at the barrier: compare stats()/len() with the log."""
+        if self.cfg.operator:
+            self.checkpoint_with_operator()
+            return
         t = self.transport
         log = self.log
         n = len(t)
@@ -557,6 +655,43 @@ class _Run:
             )
         log.counts["checkpoints"] = log.counts.get("checkpoints", 0) + 1
 
+    def checkpoint_with_operator(self) -> None:
+        """Quiescent, with purges about: ``len``, ``stats()`` and ``groups()``
+        agree with each other, with the counts of the log and with the
+        operator's record of the pauses.  ``stats()`` comes after
+        ``groups()`` (the clock may tick in between), so its leases and parks
+        may only be fewer: later expiries, and nobody claims meanwhile."""
+        t = self.transport
+        log = self.log
+        n = len(t)
+        self.clock.reset()
+        listed = t.groups()
+        self._reads("groups", 1)
+        self.clock.reset()
+        stats = t.stats()
+        self._reads("stats", 1)
+        held = sum(g.messages for g in listed)
+        leased = sum(1 for g in listed if g.state == "leased")
+        parked = sum(1 for g in listed if g.state == "parked")
+        paused = {g.group_id for g in listed if g.paused}
+        expected = len(log.published) - len(log.acked) - log.purged
+        if not (
+            n == stats.messages == held == expected
+            and stats.groups == sum(1 for g in listed if g.messages)
+            and stats.paused == len(paused)
+            and paused == self.paused
+            and stats.leased <= leased
+            and stats.parked <= parked
+            and all(g.paused for g in listed if not g.messages)
+        ):
+            log.problem(
+                f"checkpoint: len={n} stats={tuple(stats)}, groups() holds {held} in "
+                f"{sum(1 for g in listed if g.messages)} groups, {leased} leased, {parked} parked, "
+                f"{len(paused)} paused; the log expects {expected} messages and "
+                f"{len(self.paused)} paused groups ({sorted(paused ^ self.paused)[:5]} differ)"
+            )
+        log.counts["checkpoints"] = log.counts.get("checkpoints", 0) + 1
+
     # ------------------------------------------------------------------ run
 
     def run(self) -> StressResult:
@@ -567,6 +702,8 @@ class _Run:
         threads += [threading.Thread(target=self.publisher, args=(i,), daemon=True) for i in range(cfg.publishers)]
         if cfg.async_workers:
             threads.append(threading.Thread(target=self.async_thread, daemon=True))
+        if cfg.operator:
+            threads.append(threading.Thread(target=self.operator, daemon=True))
         if self.fake is not None:
             threads.append(threading.Thread(target=self.ticker, daemon=True))
         for th in threads:
@@ -578,14 +715,14 @@ class _Run:
                 time.sleep(0.005)
                 with self.log.lock:
                     published = len(self.log.published)
-                    acked = len(self.log.acked)
+                    acked = len(self.log.acked) + self.log.purged  # each message acked or purged
                     problems = len(self.log.problems)
                 if acked != last_acked:
                     last_acked, last_progress = acked, time.monotonic()
                 if problems > 1000:
                     self.log.problem("too many problems: stopped early")
                     break
-                if not self.publishing and acked == published and self._publishers_idle():
+                if not self.publishing and acked == published and self._publishers_idle() and self.operator_done:
                     break
                 if done_checkpoints < cfg.checkpoints and self._progress(acked) > (
                     done_checkpoints + 1
@@ -650,16 +787,34 @@ class _Run:
             checkpoints=c.get("checkpoints", 0),
             waited=c.get("waited", 0),
             async_deliveries=c.get("async", 0),
+            pauses=c.get("pause", 0),
+            resumes=c.get("resume", 0),
+            purges=c.get("purge", 0),
+            purged=log.purged,
+            priority_changes=c.get("set_priority", 0),
             seconds=seconds,
         )
         problems = res.problems
         problems.extend(log.problems)
+        control = log.control
 
-        # every published message acked exactly once, nothing else acked
-        for seq in log.published:
+        def between(group: str, ops: Iterable[str], after: int, before: int) -> bool:
+            """Could an operator call ``ops`` on ``group`` have taken effect after
+            something that started at index ``after`` and before something that
+            returned at index ``before``?"""
+            return any(c.op in ops and c.ret > after and c.inv < before for c in control.get(group, ()))
+
+        # every published message acked exactly once, nothing else acked --
+        # or removed by a purge of its group that came after its publish
+        unacked = 0
+        for seq, pub in log.published.items():
             n = len(log.acked.get(seq, ()))
-            if n != 1:
+            if n == 0 and between(pub[0], ("purge",), pub[3], log.index + 1):
+                unacked += 1
+            elif n != 1:
                 problems.append(f"message {seq} acked {n} times")
+        if unacked != log.purged:
+            problems.append(f"{unacked} messages never acked, but the purges removed {log.purged}")
         for seq in log.acked:
             if seq not in log.published:
                 problems.append(f"ack of message {seq}, which was never published")
@@ -683,9 +838,12 @@ class _Run:
                 if d.end == "ack":
                     problems.append(f"message {seq} delivered again after a successful ack (attempt {d.attempt})")
             for d in ds:
-                # LeaseLost must be justified by a re-delivery that started before the call returned
+                # LeaseLost must be justified by a re-delivery that started before the
+                # call returned, or by a purge of the group after the claim
                 for op, _inv, ret in d.lost:
-                    if not any(n.attempt > d.attempt and n.claim_inv < ret for n in ds):
+                    if not any(n.attempt > d.attempt and n.claim_inv < ret for n in ds) and not between(
+                        d.group, ("purge",), d.claim_inv, ret
+                    ):
                         problems.append(f"{op} of {seq}/{d.attempt} raised LeaseLost with no re-delivery before it")
                 # a successful call on a delivery already superseded is a stale call accepted
                 if d.end is not None:
@@ -705,6 +863,10 @@ class _Run:
             run = 1
             for old, new in zip(ds, ds[1:]):
                 why = _overlap(old, new, self.slack)
+                if why and between(group, ("purge",), old.claim_inv, new.claim_ret):
+                    why = ""  # a purge may have ended the old lease or park
+                if why and old.end == "park" and between(group, ("resume",), old.end_inv, new.claim_ret):
+                    why = ""  # a resume may have ended the park
                 if why:
                     problems.append(f"group {group}: {why}")
                     run += 1
@@ -715,8 +877,8 @@ class _Run:
 
         # FIFO: a group's message is first delivered only after the previous one was acked
         seqs_by_group: Dict[str, List[int]] = {}
-        for seq, (group, _, _) in log.published.items():
-            seqs_by_group.setdefault(group, []).append(seq)
+        for seq, pub in log.published.items():
+            seqs_by_group.setdefault(pub[0], []).append(seq)
         for group, seqs in seqs_by_group.items():
             seqs.sort()
             for s1, s2 in zip(seqs, seqs[1:]):
@@ -724,15 +886,28 @@ class _Run:
                 acks = log.acked.get(s1)
                 if first is not None and acks and first.claim_ret < acks[0][0]:
                     problems.append(f"group {group}: message {s2} delivered before message {s1} was acked")
-                if first is not None and not acks:
+                if (
+                    first is not None
+                    and not acks
+                    and not between(group, ("purge",), log.published[s1][3], first.claim_ret)
+                ):
                     problems.append(f"group {group}: message {s2} delivered, earlier {s1} never acked")
+
+        # a paused group is never served: no claim lies wholly inside a pause
+        for d in log.deliveries.values():
+            calls = control.get(d.group, ())
+            before = [i for i, c in enumerate(calls) if c.ret < d.claim_inv]
+            if before and calls[before[-1]].op == "pause":
+                following = calls[before[-1] + 1] if before[-1] + 1 < len(calls) else None
+                if following is None or following.inv > d.claim_ret:
+                    problems.append(f"delivery {d.seq}/{d.attempt} of paused group {d.group} (claimed while paused)")
 
         # the transport agrees with the log at the end: everything acked
         self.clock.reset()
         stats = tuple(t.stats())
         if len(t) != 0 or stats != (0, 0, 0, 0, 0):
             problems.append(f"after the run: len={len(t)} stats={stats}, expected empty")
-        if len(log.deliveries) < len(log.published):
+        if len(log.deliveries) < len(log.published) - log.purged:
             problems.append("fewer deliveries than messages")
         return res
 
@@ -808,6 +983,28 @@ def test_stress_with_waiting_workers(impl: ModuleType, clock: str, groups: int, 
 
 def _free_threaded() -> bool:
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED")) and hasattr(sys, "_is_gil_enabled")
+
+
+@pytest.mark.parametrize("clock", ["fake", "real"])
+@pytest.mark.parametrize(
+    "groups, messages",
+    [(3000, 8000), (16, 4000)],
+    ids=["3000-groups", "16-hot-groups"],
+)
+def test_stress_with_an_operator(impl: ModuleType, clock: str, groups: int, messages: int) -> None:
+    """The same, with an operator thread pausing, resuming, purging and
+    re-prioritising groups at random: nothing is lost but what the purges
+    removed (counted), no group is double-leased, no paused group served."""
+    result = run_stress(
+        StressConfig(impl=impl, clock=clock, groups=groups, messages=messages, seed=groups + 1, operator=True)
+    )
+    print(result.summary())
+    assert result.published == messages
+    assert result.pauses > 20 and result.resumes > 20 and result.purges > 5 and result.purged > 0
+    assert result.acks > 0 and result.crashes > 0 and result.parks > 0
+    assert result.checkpoints == 2
+    assert not result.problems, "\n".join(result.problems[:30])
+    assert result.max_group_concurrency == 1
 
 
 def test_gil_stays_disabled_after_import(impl: ModuleType) -> None:

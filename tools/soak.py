@@ -67,6 +67,7 @@ def soak(impl: ModuleType, clock: str, seconds: float, args: argparse.Namespace)
             duration=max(1.0, min(args.round, left)),
             checkpoints=args.checkpoints,
             seed=args.seed + round_no,
+            operator=args.operator,
         )
         res = run_stress(cfg)
         results.append(res)
@@ -126,6 +127,9 @@ def main(argv: "List[str] | None" = None) -> int:
     ap.add_argument("--round", type=float, default=60.0, help="seconds per checked round")
     ap.add_argument("--checkpoints", type=int, default=3, help="quiescent stats()/len() checks per round")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--operator", action="store_true", help="an operator thread pauses, resumes, purges and re-prioritises groups"
+    )
     ap.add_argument("--leak-cycles", type=int, default=0, help="publish+claim+ack cycles of the leak run")
     ap.add_argument("--no-tracemalloc", action="store_true", help="leak run: RSS only (much faster)")
     args = ap.parse_args(argv)

@@ -5,7 +5,9 @@ Workers :meth:`~InMemoryTransport.claim` a message, which leases it for a
 visibility timeout, then :meth:`~InMemoryTransport.ack` or
 :meth:`~InMemoryTransport.nack` it.  At most one message per group is in
 flight, groups are served round-robin, a priority floor lets workers serve
-only important groups, and an expired lease frees its message again.
+only important groups, and an expired lease frees its message again.  An
+operator can pause, resume, purge, re-prioritise and inspect groups
+(:class:`GroupInfo`), and the batch calls move many messages per call.
 
 ``InMemoryTransport`` is the compiled (Cython) implementation when it was
 built and imports, else the pure-Python twin; ``IMPLEMENTATION`` says which.

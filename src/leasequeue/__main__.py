@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--workloads", type=_str_list, metavar="W,W", help=f"workloads, from: {','.join(WORKLOADS)}"
     )
     b.add_argument("--memory-n", type=int, metavar="N", help="N for the memory/GC measurements (0: skip)")
+    b.add_argument(
+        "--batch-n", type=_int_list, metavar="N,N", help="N of the batched cycle (G = N/10), e.g. 10k,1M"
+    )
+    b.add_argument("--batch-sizes", type=_int_list, metavar="K,K", help="batch sizes, e.g. 1,16,64,256")
+    b.add_argument("--control-n", type=_int_list, metavar="N", help="N of the control-plane measurement (G = N/10)")
+    b.add_argument("--no-batches", action="store_true", help="skip the batch and control-plane measurements")
     b.add_argument("--no-memory", action="store_true", help="skip the memory and GC measurements")
     b.add_argument("--json", metavar="FILE", help="write the full results as JSON")
     b.add_argument("--markdown", metavar="FILE", help="write the Markdown report to FILE")
@@ -130,6 +136,15 @@ def _bench(args: argparse.Namespace) -> int:
             sys.stderr.write(f"unknown workload(s): {', '.join(bad)}\n")
             return 2
         cfg.workloads = args.workloads
+    if args.batch_n:
+        cfg.batch_n = args.batch_n
+    if args.batch_sizes:
+        cfg.batch_sizes = args.batch_sizes
+    if args.control_n:
+        cfg.control_n = args.control_n[0]
+    if args.no_batches:
+        cfg.batch_n = []
+        cfg.control_n = None
     if args.memory_n is not None:
         cfg.memory_n = args.memory_n or None
     elif args.sizes:
@@ -139,6 +154,8 @@ def _bench(args: argparse.Namespace) -> int:
     if args.waiting_only:
         cfg.waiting = True
         cfg.workloads = []
+        cfg.batch_n = []
+        cfg.control_n = None
         args.no_memory = True
     if args.wake_samples:
         cfg.wake_samples = max(2, args.wake_samples)
@@ -147,7 +164,12 @@ def _bench(args: argparse.Namespace) -> int:
             report = json.load(f)
         saved = bench.BenchConfig(**report["meta"]["config"])
         report["targets"] = bench.evaluate_goals(
-            saved, report["results"], report["ratios"], report["memory"], report.get("waiting")
+            saved,
+            report["results"],
+            report["ratios"],
+            report["memory"],
+            report.get("waiting"),
+            report.get("batches"),
         )
     else:
         report = bench.run(cfg, progress=not args.no_progress, memory=not args.no_memory)

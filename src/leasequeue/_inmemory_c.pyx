@@ -13,7 +13,11 @@ own (included below, in the order of the pure module's sections):
   (slot, 32 bits of the id's hash) pairs, 8 bytes an entry
   (``_inmemory_ids.pxi``); the group keeps a borrowed pointer to its id,
   whose reference a list by slot owns.  Only a group's head message can be
-  leased or parked, so lock state lives on the group.
+  leased or parked, so lock state lives on the group, with its pause.  A
+  paused group may hold no message (a slot is in use while its id is set).
+  Beside the records, by slot: the worker of the group's latest claim (for
+  ``group()``) and a doubly linked list of the groups in creation order
+  (for ``groups()``).
 * messages (``_inmemory_storage.pxi``): an array of packed 12-byte
   ``Message`` records (``seq`` and ``next``: a singly linked FIFO per
   group), events in a ``list`` indexed by the same slot so the garbage
@@ -27,6 +31,8 @@ own (included below, in the order of the pure module's sections):
 * waiting claims (``_inmemory_waiters.pxi``): a FIFO of waiter records per
   priority floor; the sleeping and waking is ``_waiting.py``, shared with
   the pure twin.
+* a ``publish_many`` batch (``_inmemory_batch.pxi``): what it works out
+  before publishing anything (its new groups, and how many per priority).
 
 Each structure is a C struct the transport holds, with ``cdef ...
 noexcept`` functions (``inline`` where hot) taking a pointer to it
@@ -38,7 +44,13 @@ Memory is only allocated before anything changes, so a ``MemoryError``
 leaves the transport as it was: ``publish`` grows the message, group, id
 table and level arrays first and reserves a ready-heap slot for every group
 of a level; ``claim``, ``nack`` and ``extend`` first make room for one more
-expiry entry.  ``ack``, expiry and ``stats`` never need memory.  Storage is
+expiry entry.  ``ack``, expiry and ``stats`` never need memory.  Of the
+control plane and the batches: ``pause`` of an unknown group and
+``set_priority`` reserve as ``publish`` does; ``publish_many`` reserves for
+the whole batch (messages, new groups, their levels); ``claim_many`` makes
+room for all its claims (records and expiry entries, which the expiries it
+applies first must not give back); ``purge``, ``groups`` and ``ack_many``
+allocate the arrays that carry what they release or report past the lock.  Storage is
 given back when a backlog drains: when under a quarter of the message or
 group slots is in use, ``ack`` renumbers the live ones into arrays half as
 full (amortised O(1); a lease whose group moved is found again by its id),
@@ -49,8 +61,8 @@ before 3.13, see ``lq_mutex`` below for why that is sound and faster).  No
 user code runs under it and no object the garbage collector tracks is
 allocated under it (a collection could run a finaliser that calls back into
 this transport): the clock is read and str subclasses are converted before
-it, leases, results and exceptions are built after it, and the reference to
-an acked event is dropped after it.
+it, leases, results and exceptions are built after it, and the references
+to acked and purged events are dropped after it.
 """
 
 cimport cython
@@ -58,13 +70,15 @@ from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
-from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memmove
+from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memmove, memset
 
 import time
 
 from ._errors import LeaseLost
-from ._types import PARKED, TransportStats
+from ._types import PARKED, GroupInfo, TransportStats
 from ._waiting import aclaim_wait as _aclaim_wait
 from ._waiting import claim_wait as _claim_wait
 from ._waiting import poke_timer as _poke_timer
@@ -125,6 +139,21 @@ cdef extern from *:
         if (PyList_GET_SIZE(list) > n && PyList_SetSlice(list, n, PyList_GET_SIZE(list), NULL) < 0)
             PyErr_Clear();  /* keep the longer list: len(list) >= capacity still holds */
     }
+    /* The hash of an exact str: the one it caches, else computed (no user code). */
+    static CYTHON_INLINE Py_hash_t lq_cached_hash(PyObject *s) {
+        Py_hash_t h = ((PyASCIIObject *)s)->hash;
+        return h != -1 ? h : PyObject_Hash(s);
+    }
+    /* A new, empty instance of a tuple subclass (a named tuple) with n items,
+       to be filled with PyTuple_SET_ITEM: what tuple.__new__(cls, items)
+       makes, without the intermediate tuple and the call. */
+    static PyObject *lq_new_record(PyObject *type, Py_ssize_t n) {
+        return ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, n);
+    }
+    /* Store an owned reference in a fresh record (no old item to release). */
+    static CYTHON_INLINE void lq_record_put(PyObject *record, Py_ssize_t i, PyObject *item) {
+        PyTuple_SET_ITEM(record, i, item);
+    }
     /* A new reference to list[i]. */
     static CYTHON_INLINE PyObject *lq_list_get(PyObject *list, Py_ssize_t i) {
         PyObject *item = PyList_GET_ITEM(list, i);
@@ -134,11 +163,17 @@ cdef extern from *:
     """
     object lq_list_swap(object lst, Py_ssize_t i, object v)
     object lq_list_get(object lst, Py_ssize_t i)
+    object lq_new_record(object type, Py_ssize_t n)
+    void lq_record_put(object record, Py_ssize_t i, object item)  # steals: INCREF first
+    # An owned reference handed over to Cython as it is (no new reference).
+    object lq_steal "(PyObject *)"(PyObject *owned)
+    PyObject *lq_list_ref "lq_list_get"(object lst, Py_ssize_t i) noexcept
     int lq_str_eq(PyObject *a, PyObject *b) noexcept
     PyObject *lq_list_take(object lst, Py_ssize_t i) noexcept
     void lq_list_put(object lst, Py_ssize_t i, PyObject *item) noexcept
     void lq_list_truncate(object lst, Py_ssize_t n) noexcept
     Py_hash_t lq_str_hash "PyObject_Hash"(object s) noexcept
+    Py_hash_t lq_cached_hash(PyObject *s) noexcept
     PyObject *PyList_GET_ITEM(object lst, Py_ssize_t i)
 
 
@@ -175,6 +210,42 @@ include "_inmemory_ready.pxi"       # ReadySet: a heap of ready groups per level
 include "_inmemory_expiry.pxi"      # ExpiryHeap: locked groups by expiry
 include "_inmemory_storage.pxi"     # MessageStore, GroupStore: the records, grow, forget, compact
 include "_inmemory_waiters.pxi"     # _Waiter, WaiterQueues: the waiting claims (THE ENTRY POINT: see there)
+include "_inmemory_batch.pxi"       # BatchPlan: what publish_many works out before the lock
+
+
+cdef inline void _put(object record, Py_ssize_t i, object item):
+    Py_INCREF(item)
+    lq_record_put(record, i, item)
+
+
+cdef object _group_info(const GroupView *view):
+    """The ``GroupInfo`` of a view (its references stay the caller's)."""
+    cdef object state, worker, expires_at = None, attempt = None
+    cdef object info
+    if view.lock == _LEASED:
+        state = "leased"
+        worker = <object>view.holder
+    elif view.lock == _PARKED:
+        state = "parked"
+        worker = _PARKED_STR
+    else:
+        state = "paused" if view.paused else "ready"
+        worker = None
+    if view.lock != _FREE:
+        expires_at = view.expires_at
+        attempt = view.attempt
+    info = lq_new_record(GroupInfo, 10)
+    _put(info, 0, <object>view.gid)
+    _put(info, 1, view.priority)
+    _put(info, 2, view.messages)
+    _put(info, 3, state)
+    _put(info, 4, True if view.paused else False)
+    _put(info, 5, view.head_seq if view.messages else None)
+    _put(info, 6, worker)
+    _put(info, 7, expires_at)
+    _put(info, 8, attempt)
+    _put(info, 9, view.claimed_at if view.claimed else None)
+    return info
 
 
 # -------------------------------------------------------------- transport
@@ -193,13 +264,15 @@ cdef class InMemoryTransport:
     Events are held by reference, never copied.
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
-    float (default ``time.time``); it is read once by ``claim``, ``extend``,
-    ``stats`` and ``nack(delay > 0)`` (and by ``publish``, ``ack`` and
-    ``nack(0)`` while a claim waits for work), never while the transport's
-    lock is held.  The transport's time never runs backwards: an operation
-    whose clock reading is older than a time an earlier operation used (a
-    racing thread, or a clock turned back) uses that later time instead.
-    Every method is atomic and thread-safe.
+    float (default ``time.time``); it is read once by ``claim``,
+    ``claim_many``, ``extend``, ``stats``, ``group``, ``groups`` and
+    ``nack(delay > 0)`` (and by ``publish``, ``ack``, ``nack(0)``,
+    ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` while a
+    claim waits for work), never while the transport's lock is held.  The
+    transport's time never runs backwards: an operation whose clock reading
+    is older than a time an earlier operation used (a racing thread, or a
+    clock turned back) uses that later time instead.  Every method is atomic
+    and thread-safe.
 
     ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
     asyncio event loop; ``close()`` ends every wait.
@@ -233,6 +306,8 @@ cdef class InMemoryTransport:
     cdef int64_t _claims
     cdef int64_t _leased            # groups whose lock is _LEASED
     cdef int64_t _parked            # groups whose lock is _PARKED
+    cdef int64_t _paused            # groups paused
+    cdef int64_t _idle              # groups holding no message (each one paused)
 
     # waiting claims (_inmemory_waiters.pxi)
     cdef WaiterQueues _wq           # the queued records; _wq.count: anyone waiting?
@@ -260,7 +335,7 @@ cdef class InMemoryTransport:
 
     def __dealloc__(self):
         PyMem_Free(self._messages.at)
-        PyMem_Free(self._groups.at)
+        groups_free(&self._groups)
         ids_free(&self._ids)
         ready_free(&self._ready)
         expiry_free(&self._expiry)
@@ -296,8 +371,8 @@ cdef class InMemoryTransport:
         lq_lock(&self._lock)
         try:
             slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
-            if slot >= 0 and self._messages.free >= 0:
-                # Fast path: an existing group, a free message slot.
+            if slot >= 0 and self._messages.free >= 0 and self._groups.at[slot].count:
+                # Fast path: an existing group with messages, a free message slot.
                 self._seq = seq = self._seq + 1
                 m = message_add(&self._messages, self._events, seq, event)
                 group_append(&self._messages, &self._groups.at[slot], m)
@@ -386,6 +461,7 @@ cdef class InMemoryTransport:
                 self._leased += 1
                 if expires_at != _INF:
                     expiry_push(&self._expiry, slot, expires_at)
+                group_hold(&self._groups, slot, <PyObject *>wid)
                 head = g.head
                 seq = self._messages.at[head].seq
                 event = lq_list_get(self._events, head)
@@ -423,8 +499,11 @@ cdef class InMemoryTransport:
                 g.attempt = 0
                 spent = group_shift(&self._messages, self._events, g)
                 if g.count == 0:
-                    spent_id = self._forget(slot)
-                elif not ready_contains(&self._ready, slot):
+                    if g.paused:
+                        self._idle += 1  # a paused group is kept, empty
+                    else:
+                        spent_id = self._forget(slot)
+                elif not ready_contains(&self._ready, slot) and not g.paused:
                     self._make_ready(slot)
                 if messages_sparse(&self._messages):
                     self._compact_messages()
@@ -468,7 +547,7 @@ cdef class InMemoryTransport:
                     self._unlock(slot)
                 g.open = 0
                 if d == 0.0:
-                    if not ready_contains(&self._ready, slot):
+                    if not ready_contains(&self._ready, slot) and not g.paused:
                         self._make_ready(slot)
                 else:
                     if ready_contains(&self._ready, slot):
@@ -545,7 +624,7 @@ cdef class InMemoryTransport:
         Expired leases and parks (``expires_at < now``) count as neither.
         """
         cdef double now = self._now()
-        cdef int64_t messages, groups, leased, parked
+        cdef int64_t messages, groups, leased, parked, paused
         lq_lock(&self._lock)
         try:
             if now < self._time:
@@ -555,14 +634,405 @@ cdef class InMemoryTransport:
             if expiry_due(&self._expiry, now):
                 self._expire(now)
             messages = self._messages.used
-            groups = self._groups.used
+            groups = self._groups.used - self._idle
             leased = self._leased
             parked = self._parked
+            paused = self._paused
         finally:
             lq_unlock(&self._lock)
         if self._wq.count:
             self._serve_waiters(now, 1)
-        return TransportStats(messages, groups, leased, parked)
+        return TransportStats(messages, groups, leased, parked, paused)
+
+    # -------------------------------------------------------- control plane
+
+    def pause(self, group_id: str) -> bool:
+        """Stop serving group ``group_id``; ``True`` if it was not paused.
+
+        A paused group is never served by ``claim`` (like a park with no
+        end).  A message already leased stays leased: its worker may ack,
+        nack or extend it, and a ``nack(lease, 0)`` or an expiry leaves it in
+        the still-paused group.  A group that does not exist is created,
+        paused, with priority 0, so that messages published later wait in
+        it.  A paused group is not forgotten while paused, even when empty.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef Py_hash_t h = hash(gid)  # exact str: no user code
+        cdef int32_t slot
+        cdef int rc = _OK
+        cdef bint changed = 0
+        cdef Group *g
+        lq_lock(&self._lock)
+        try:
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot < 0:
+                rc = self._add_paused(gid, h, &slot)
+                changed = rc == _OK
+            else:
+                g = &self._groups.at[slot]
+                if not g.paused:
+                    g.paused = 1
+                    self._paused += 1
+                    if ready_contains(&self._ready, slot):
+                        self._unready(slot)
+                    changed = 1
+        finally:
+            lq_unlock(&self._lock)
+        if rc != _OK:
+            if rc == _FULL:
+                raise OverflowError("the transport is full: too many messages or groups")
+            raise MemoryError()
+        return changed
+
+    def resume(self, group_id: str) -> bool:
+        """Lift a pause and end a park; ``True`` if either was there.
+
+        A parked message is claimable at once, its attempt count unchanged.
+        ``resume`` reads no clock: a park whose time ran out is still a park
+        until an operation that reads the clock has seen it expire.  The
+        group keeps its round-robin position; a group left without messages
+        is forgotten.  ``False`` (and nothing created) for a group that does
+        not exist.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef Py_hash_t h = hash(gid)
+        cdef int32_t slot
+        cdef bint lifted = 0, ready = 0
+        cdef Group *g
+        cdef object spent_id = None  # released after the lock
+        lq_lock(&self._lock)
+        try:
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot >= 0:
+                g = &self._groups.at[slot]
+                if g.paused or g.lock == _PARKED:
+                    lifted = 1
+                    if g.paused:
+                        g.paused = 0
+                        self._paused -= 1
+                    if g.lock == _PARKED:
+                        self._unlock(slot)  # the park ends; the attempt count stays
+                    if g.count == 0:
+                        self._idle -= 1
+                        spent_id = self._forget(slot)
+                    elif g.lock == _FREE and not ready_contains(&self._ready, slot):
+                        self._make_ready(slot)
+                        ready = 1
+        finally:
+            lq_unlock(&self._lock)
+        if ready and self._wq.count:  # the group is claimable now
+            self._serve_waiters(0.0, 0)
+        return lifted
+
+    def purge(self, group_id: str) -> int:
+        """Remove every message of group ``group_id``; return how many.
+
+        The leased or parked message goes too (its lease is no longer
+        current: ``LeaseLost``), and the group is forgotten, pause and
+        priority included.  The events are released after the transport's
+        lock.  ``0`` for a group that does not exist.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef Py_hash_t h = hash(gid)
+        cdef int32_t slot, removed = 0, i
+        cdef PyObject **spent = NULL  # the events: dropped after the lock is released
+        cdef object spent_id = None
+        cdef bint nomem = 0
+        lq_lock(&self._lock)
+        try:
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot >= 0:
+                removed = self._groups.at[slot].count
+                if removed:
+                    spent = <PyObject **>PyMem_Malloc(<size_t>removed * sizeof(PyObject *))
+                    nomem = spent == NULL
+                if not nomem:
+                    spent_id = self._purge(slot, spent)
+        finally:
+            lq_unlock(&self._lock)
+        if nomem:
+            raise MemoryError()
+        for i in range(removed):
+            Py_XDECREF(spent[i])  # the events' __del__ may run here, outside the lock
+        PyMem_Free(spent)
+        return removed
+
+    def set_priority(self, group_id: str, priority: int) -> bool:
+        """Change group ``group_id``'s priority; ``False`` if there is no such group.
+
+        The group keeps its round-robin position and its pause; no group is
+        created.  ``True`` for any existing group, even when the priority
+        does not change.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef int64_t prio = _priority(priority, "priority")
+        cdef Py_hash_t h = hash(gid)
+        cdef int32_t slot
+        cdef int rc = _OK
+        cdef bint moved = 0
+        lq_lock(&self._lock)
+        try:
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot >= 0 and self._ready.levels[self._groups.at[slot].level].priority != prio:
+                rc = self._set_level(slot, prio)
+                moved = rc == _OK and ready_contains(&self._ready, slot)
+        finally:
+            lq_unlock(&self._lock)
+        if rc != _OK:
+            raise MemoryError()
+        if moved and self._wq.count:  # a waiting claim's floor may admit it now
+            self._serve_waiters(0.0, 0)
+        return slot >= 0
+
+    def group(self, group_id: str) -> Optional[GroupInfo]:
+        """What group ``group_id`` is doing now, or ``None`` if there is no such group.
+
+        Reads the clock and applies expiry first, as ``stats`` does, so the
+        state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
+        message's lease or park has not expired (paused or not), else
+        ``"paused"`` or ``"ready"``.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef Py_hash_t h = hash(gid)
+        cdef double now = self._read_clock()
+        cdef int32_t slot
+        cdef GroupView view
+        lq_lock(&self._lock)
+        try:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
+            if expiry_due(&self._expiry, now):
+                self._expire(now)
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot >= 0:
+                group_view(&self._groups, &self._messages, &self._ready, slot, &view)
+        finally:
+            lq_unlock(&self._lock)
+        info = None
+        if slot >= 0:
+            try:
+                info = _group_info(&view)
+            finally:
+                Py_XDECREF(view.gid)
+                Py_XDECREF(view.holder)
+        if self._wq.count:  # expiry may have freed groups
+            self._serve_waiters(now, 1)
+        return info
+
+    def groups(self) -> List[GroupInfo]:
+        """Every group now, in the order the groups were created: O(G).
+
+        Reads the clock and applies expiry first, as ``group`` does.  A group
+        forgotten and created again comes after the others.
+        """
+        cdef double now = self._read_clock()
+        cdef GroupView *views = NULL
+        cdef int32_t n = 0, k = 0, s
+        cdef bint nomem = 0
+        cdef list out
+        lq_lock(&self._lock)
+        try:
+            n = self._groups.used
+            if n:
+                views = <GroupView *>PyMem_Malloc(<size_t>n * sizeof(GroupView))  # first, while nothing changed
+                nomem = views == NULL
+            if not nomem:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                if expiry_due(&self._expiry, now):
+                    self._expire(now)
+                s = self._groups.oldest
+                while s >= 0:
+                    group_view(&self._groups, &self._messages, &self._ready, s, &views[k])
+                    k += 1
+                    s = self._groups.newer[s]
+        finally:
+            lq_unlock(&self._lock)
+        if nomem:
+            raise MemoryError()
+        try:
+            out = [_group_info(&views[s]) for s in range(k)]
+        finally:
+            for s in range(k):
+                Py_XDECREF(views[s].gid)
+                Py_XDECREF(views[s].holder)
+            PyMem_Free(views)
+        if self._wq.count:  # expiry may have freed groups
+            self._serve_waiters(now, 1)
+        return out
+
+    # -------------------------------------------------------------- batches
+
+    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
+        """Publish ``(group_id, event)`` or ``(group_id, event, priority)`` items; return their seqs.
+
+        Every item is checked before any is published (one bad item: its
+        error, nothing published); then they are published in order, with
+        consecutive seqs, under one lock, leaving the transport exactly as
+        publishing them one by one would.  Items must be tuples.
+        """
+        cdef list batch = list(items)  # our own copy: its items are read under the lock
+        cdef Py_ssize_t n = len(batch), i
+        cdef int64_t first = 0
+        cdef int rc = _OK
+        cdef list out
+        cdef object item
+        cdef PyObject *p
+        cdef BatchPlan plan
+        plan_init(&plan)
+        try:
+            if n and plan_alloc(&plan, n) != _OK:
+                raise MemoryError()
+            for i in range(n):  # every item checked before anything else
+                p = PyList_GET_ITEM(batch, i)
+                if (type(<object>p) is tuple and PyTuple_GET_SIZE(<object>p) == 2
+                        and type(<object>PyTuple_GET_ITEM(<object>p, 0)) is str):
+                    plan.item_prio[i] = 0  # the common case, at no cost
+                else:
+                    item = <object>p
+                    gid = _check_item(item, &plan.item_prio[i])
+                    if <PyObject *>gid != PyTuple_GET_ITEM(item, 0):
+                        # a str subclass: the copy holds the exact str instead
+                        batch[i] = (gid, <object>PyTuple_GET_ITEM(item, 1))
+                # the group id, an exact str: its hash runs no user code
+                plan.item_hash[i] = lq_cached_hash(PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0))
+            if n == 0:
+                return []
+            if n >= INT32_MAX:
+                raise OverflowError("the transport is full: too many messages or groups")
+            lq_lock(&self._lock)
+            try:
+                rc = self._publish_batch(batch, &plan, &first)
+            finally:
+                lq_unlock(&self._lock)
+        finally:
+            plan_free(&plan)
+        if rc != _OK:
+            if rc == _FULL:
+                raise OverflowError("the transport is full: too many messages or groups")
+            raise MemoryError()
+        if self._wq.count:
+            self._serve_waiters(0.0, 0)
+        out = [None] * n
+        for i in range(n):
+            out[i] = first + i
+        return out
+
+    def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Lease]:
+        """Up to ``max_count`` leases at one ``now``, one per group.
+
+        Exactly what ``max_count`` successive ``claim`` calls at the same
+        ``now`` would return, up to the first that finds nothing: one clock
+        read and one lock for the lot.  ``max_count`` is an ``int >= 0``.
+        Never waits.
+        """
+        cdef str wid
+        cdef double vis, now, expires_at = 0.0
+        cdef int64_t limit, minp, bound = 0, room
+        cdef int32_t n = 0, i, built
+        cdef int rc = _OK
+        cdef Claimed *taken = NULL
+        cdef Claimed *c
+        cdef list out
+        if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
+            wid = <str>worker_id
+        else:
+            wid = _check_worker(worker_id)
+        vis = _check_duration(visibility, "visibility")
+        limit = _check_count(max_count)
+        minp = _priority(min_priority, "min_priority")
+        now = self._read_clock()
+        lq_lock(&self._lock)
+        try:
+            # Each claim takes another group: at most one per group.  Room
+            # for the records and the expiry entries first.
+            bound = limit if limit < self._groups.used else self._groups.used
+            # the expiry heap afterwards: at most one entry per group
+            room = self._expiry.size + bound if self._expiry.size + bound < self._groups.used else self._groups.used
+            if bound:
+                taken = <Claimed *>PyMem_Malloc(<size_t>bound * sizeof(Claimed))
+                if taken == NULL:
+                    rc = _NOMEM
+                elif vis != _INF:
+                    rc = expiry_reserve(&self._expiry, room)
+            if rc == _OK:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                if expiry_due(&self._expiry, now):
+                    self._expiry.floor = <int32_t>room  # keep the room made above
+                    self._expire(now)
+                    self._expiry.floor = 0
+                expires_at = now + vis
+                while n < bound and self._claim_next(<PyObject *>wid, now, expires_at, minp, &taken[n]):
+                    n += 1
+        finally:
+            lq_unlock(&self._lock)
+        if rc != _OK:
+            PyMem_Free(taken)
+            raise MemoryError()
+        built = 0
+        try:
+            out = [None] * n
+            while built < n:
+                c = &taken[built]
+                built += 1  # its references go to the lease, whatever happens
+                out[built - 1] = _issue(c.seq, lq_steal(c.group_id), lq_steal(c.event), wid, expires_at,
+                                        c.attempt, self._owner, c.slot)
+        finally:
+            for i in range(built, n):
+                Py_XDECREF(taken[i].group_id)
+                Py_XDECREF(taken[i].event)
+            PyMem_Free(taken)
+        if self._wq.count:  # expiries it did not claim; its leases may expire first
+            self._serve_waiters(now, 1)
+        return out
+
+    def ack_many(self, leases: Iterable[Lease]) -> List[Lease]:
+        """Ack every current lease, in order; return the ones that were not current.
+
+        Every element is type-checked first (``TypeError``, nothing acked).
+        A lease that is not current at its turn (acked before, re-delivered,
+        a duplicate in the batch) is returned instead of raising
+        ``LeaseLost``: the list holds the very objects passed in, in order.
+        The events are released after the transport's lock.
+        """
+        cdef list batch = list(leases)
+        cdef Py_ssize_t n = len(batch), i, kept = 0
+        cdef PyObject **spent      # events and group ids (owned): dropped after the lock is released
+        cdef uint8_t *lost
+        cdef list out
+        for lease in batch:
+            _check_lease(lease)
+        if n == 0:
+            return []
+        # One block: 2n references (an event and maybe a group id per lease), n flags.
+        spent = <PyObject **>PyMem_Malloc(<size_t>n * (2 * sizeof(PyObject *) + 1))
+        if spent == NULL:
+            raise MemoryError()
+        lost = <uint8_t *>(spent + 2 * n)
+        try:
+            lq_lock(&self._lock)
+            try:
+                for i in range(n):
+                    lost[i] = not self._ack_current(<Lease>PyList_GET_ITEM(batch, i), spent, &kept)
+                if messages_sparse(&self._messages):
+                    self._compact_messages()
+            finally:
+                lq_unlock(&self._lock)
+            out = [batch[i] for i in range(n) if lost[i]]
+        finally:
+            for i in range(kept):
+                Py_XDECREF(spent[i])  # the events' __del__ may run here, outside the lock
+            PyMem_Free(spent)
+        if len(out) < n and self._wq.count:  # an ack may expose a group's next message
+            self._serve_waiters(0.0, 0)
+        return out
 
     def __len__(self) -> int:
         """Messages held: ready + leased + parked."""
@@ -644,6 +1114,18 @@ cdef class InMemoryTransport:
             return <double>value
         return _check_time(value)
 
+    cdef double _read_clock(self) except? -1.0:
+        """``_now`` for everything but the Part 1 operations (the control
+        plane, the batches, the waiting paths): a copy, so that the compiler
+        keeps inlining ``_now`` into those (it stops when ``_now`` has more
+        callers)."""
+        if self._wall_clock:
+            return lq_wall_time()
+        value = self._clock()
+        if type(value) is float and <double>value - <double>value == 0.0:
+            return <double>value
+        return _check_time(value)
+
     # Everything below runs with self._lock held.
 
     cdef inline int32_t _current(self, Lease lease) noexcept:
@@ -661,7 +1143,8 @@ cdef class InMemoryTransport:
             slot = ids_lookup(
                 &self._ids, self._groups.at, <PyObject *>lease.group_id, <uint32_t>lq_str_hash(lease.group_id),
             )
-            if slot < 0 or self._messages.at[self._groups.at[slot].head].seq != lease._cseq:
+            if (slot < 0 or self._groups.at[slot].count == 0  # an empty paused group
+                    or self._messages.at[self._groups.at[slot].head].seq != lease._cseq):
                 return -1
         g = &self._groups.at[slot]
         if not g.open or g.attempt != lease._cattempt:
@@ -679,49 +1162,200 @@ cdef class InMemoryTransport:
         Returns a result code (_OK, _NOMEM, _FULL).
         """
         cdef int32_t slot, m, lv = -1
-        cdef Group *g
         cdef int rc
         if self._messages.free < 0:
             rc = messages_grow(&self._messages, self._events)
             if rc != _OK:
                 return rc
         if found < 0:
-            if self._groups.free < 0:
-                rc = groups_grow(&self._groups, self._group_ids, &self._ready, &self._expiry)
-                if rc != _OK:
-                    return rc
-            rc = ready_reserve_group(&self._ready, prio, &lv)
-            if rc != _OK:
-                return rc
-            rc = ids_reserve(&self._ids, self._groups.used + 1)
+            rc = self._reserve_group(prio, &lv)
             if rc != _OK:
                 return rc
             # --- commit: nothing below can fail
-            slot = groups_add(&self._groups, self._group_ids, &self._ids, gid, <uint32_t>h)
-            lv = ready_add_group(&self._ready, prio, lv)
+            slot = self._new_group(gid, h, prio, lv)
         else:
             slot = found
         self._seq += 1
         seq_out[0] = self._seq
         m = message_add(&self._messages, self._events, self._seq, event)
-        g = &self._groups.at[slot]
-        if found >= 0:
-            group_append(&self._messages, g, m)
-        else:
-            g.key = self._seq - _NEVER_CLAIMED
-            g.attempt = 0
-            g.expires_at = 0.0
-            g.claimed_at = 0.0
-            g.head = m
-            g.tail = m
-            g.count = 1
-            g.level = lv
-            g.lock = _FREE
-            g.open = 0
-            self._ready.pos[slot] = -1
-            self._expiry.pos[slot] = -1
-            self._make_ready(slot)
+        if self._groups.at[slot].count:
+            group_append(&self._messages, &self._groups.at[slot], m)
+        else:  # a new group, or an empty paused one
+            if found >= 0:
+                self._idle -= 1
+            self._refill(slot, m, self._seq)
         return _OK
+
+    cdef int _reserve_group(self, int64_t prio, int32_t *lv) except -1:
+        """Allocate what one more group of priority ``prio`` needs (a group
+        slot, room in its level and in the id table); ``lv[0]`` as
+        ``ready_reserve_group`` sets it.  A result code."""
+        cdef int rc
+        if self._groups.free < 0:
+            rc = groups_grow(&self._groups, self._group_ids, &self._ready, &self._expiry)
+            if rc != _OK:
+                return rc
+        rc = ready_reserve_group(&self._ready, prio, lv)
+        if rc != _OK:
+            return rc
+        return ids_reserve(&self._ids, self._groups.used + 1)
+
+    cdef int32_t _new_group(self, str gid, Py_hash_t h, int64_t prio, int32_t lv) noexcept:
+        """Enter group ``gid`` (allocations done): no message yet, never
+        claimed, not ready.  Its slot."""
+        cdef int32_t slot = groups_add(&self._groups, self._group_ids, &self._ids, gid, <uint32_t>h)
+        cdef Group *g = &self._groups.at[slot]
+        g.key = -_NEVER_CLAIMED  # keyed by its first message when that comes
+        g.attempt = 0
+        g.expires_at = 0.0
+        g.claimed_at = 0.0
+        g.head = -1
+        g.tail = -1
+        g.count = 0
+        g.level = ready_add_group(&self._ready, prio, lv)
+        g.lock = _FREE
+        g.open = 0
+        g.paused = 0
+        self._ready.pos[slot] = -1
+        self._expiry.pos[slot] = -1
+        return slot
+
+    cdef void _refill(self, int32_t slot, int32_t m, int64_t seq) noexcept:
+        """Message slot ``m`` (seq ``seq``) is the first of an empty group:
+        a never-claimed group is placed by it; an unpaused one is ready."""
+        cdef Group *g = &self._groups.at[slot]
+        g.head = m
+        g.tail = m
+        g.count = 1
+        if g.key < 0:
+            g.key = seq - _NEVER_CLAIMED
+        if not g.paused:
+            self._make_ready(slot)
+
+    cdef int _add_paused(self, str gid, Py_hash_t h, int32_t *slot) except -1:
+        """Create group ``gid`` for ``pause``: priority 0, no message, paused.
+        A result code; the slot in ``slot[0]``."""
+        cdef int32_t lv = -1
+        cdef int rc = self._reserve_group(0, &lv)
+        if rc != _OK:
+            return rc
+        slot[0] = self._new_group(gid, h, 0, lv)
+        self._groups.at[slot[0]].paused = 1
+        self._paused += 1
+        self._idle += 1
+        return _OK
+
+    cdef int _publish_batch(self, list batch, BatchPlan *plan, int64_t *first) except -1:
+        """``publish_many`` under the lock (``_inmemory_batch.pxi``): look the
+        groups up, plan the new ones, allocate everything the batch needs,
+        then publish each item as ``publish`` would.  A result code; the
+        first seq in ``first[0]``."""
+        cdef Py_ssize_t n = len(batch), i
+        cdef int32_t j, slot, m
+        cdef int rc
+        cdef Group *g
+        for i in range(n):
+            slot = ids_lookup(&self._ids, self._groups.at, plan_item_id(batch, i), <uint32_t>plan.item_hash[i])
+            if slot < 0:
+                slot = -1 - plan_new_group(plan, batch, i)
+            plan.item_slot[i] = slot
+        if plan.groups:
+            rc = groups_reserve(&self._groups, self._group_ids, &self._ready, &self._expiry, plan.groups)
+            if rc != _OK:
+                return rc
+            rc = ids_reserve(&self._ids, self._groups.used + plan.groups)
+            if rc != _OK:
+                return rc
+            rc = ready_reserve_levels(&self._ready, plan.new_prio, plan.new_count, plan.levels)
+            if rc != _OK:
+                return rc
+        rc = messages_reserve(&self._messages, self._events, n)
+        if rc != _OK:
+            return rc
+        # --- commit: nothing below can fail
+        first[0] = self._seq + 1
+        for i in range(n):
+            slot = plan.item_slot[i]
+            if slot < 0:  # a new group: created by its first item
+                j = -1 - slot
+                slot = plan.group_slot[j]
+                if slot < 0:
+                    slot = self._new_group(
+                        <str>plan_item_id(batch, i), plan.item_hash[i], plan.item_prio[i],
+                        ready_find_level(&self._ready, plan.item_prio[i]),
+                    )
+                    plan.group_slot[j] = slot
+            self._seq += 1
+            m = message_add(
+                &self._messages, self._events, self._seq, <object>PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 1),
+            )
+            g = &self._groups.at[slot]
+            if g.count:
+                group_append(&self._messages, g, m)
+            else:  # a new group, or an empty paused one
+                if plan.item_slot[i] >= 0:
+                    self._idle -= 1
+                self._refill(slot, m, self._seq)
+        return _OK
+
+    # -- claiming and acking in batches
+
+    cdef bint _claim_next(
+        self, PyObject *wid, double now, double expires_at, int64_t minp, Claimed *out,
+    ) noexcept:
+        """One claim of ``claim_many`` (expiry applied, room made): records
+        the message leased in ``out``; false when no group is eligible."""
+        cdef int32_t lv = ready_best(&self._ready, minp), slot
+        cdef Group *g
+        if lv < 0:
+            return 0
+        slot = ready_pop(&self._ready, lv)
+        g = &self._groups.at[slot]
+        self._claims += 1
+        g.key = self._claims
+        g.claimed_at = now
+        g.attempt += 1
+        g.open = 1
+        g.lock = _LEASED
+        g.expires_at = expires_at
+        self._leased += 1
+        if expires_at != _INF:
+            expiry_push(&self._expiry, slot, expires_at)
+        group_hold(&self._groups, slot, wid)
+        out.seq = self._messages.at[g.head].seq
+        out.attempt = g.attempt
+        out.slot = slot
+        out.event = lq_list_ref(self._events, g.head)
+        out.group_id = g.gid
+        Py_XINCREF(out.group_id)
+        return 1
+
+    cdef inline bint _ack_current(self, Lease lease, PyObject **spent, Py_ssize_t *kept) noexcept:
+        """One ack of ``ack_many``: false if the lease is not current.  The
+        event (and the id of a group forgotten) go to ``spent[kept[0]...]``
+        (owned references), dropped by the caller after the lock."""
+        cdef int32_t slot = self._current(lease)
+        cdef Group *g
+        if slot < 0:
+            return 0
+        g = &self._groups.at[slot]
+        if g.lock != _FREE:
+            self._unlock(slot)
+        g.open = 0
+        g.attempt = 0
+        spent[kept[0]] = group_take(&self._messages, self._events, g)
+        kept[0] += 1
+        if g.count == 0:
+            if g.paused:
+                self._idle += 1  # a paused group is kept, empty
+            else:
+                spent[kept[0]] = groups_forget_ref(
+                    &self._groups, self._group_ids, &self._ids, &self._ready, &self._expiry, slot,
+                )
+                kept[0] += 1
+        elif not ready_contains(&self._ready, slot) and not g.paused:
+            self._make_ready(slot)
+        return 1
 
     # -- ready heaps and the level treap (_inmemory_ready.pxi)
 
@@ -733,6 +1367,27 @@ cdef class InMemoryTransport:
     cdef inline void _unready(self, int32_t slot) noexcept:
         """Take a ready group out of its level's heap."""
         ready_remove(&self._ready, slot, self._groups.at[slot].level)
+
+    cdef int _set_level(self, int32_t slot, int64_t prio) noexcept:
+        """Move group ``slot`` to the level of ``prio`` (a new one if need be),
+        keeping its round-robin key and, if it is ready, its readiness.  A
+        result code: the allocation comes first."""
+        cdef int32_t lv = -1, old = self._groups.at[slot].level
+        cdef bint ready
+        cdef int rc = ready_reserve_group(&self._ready, prio, &lv)
+        if rc != _OK:
+            return rc
+        ready = ready_contains(&self._ready, slot)
+        if ready:
+            ready_remove(&self._ready, slot, old)
+        # The new level first: a new one takes the unused level reserved
+        # above, before the old one (if emptied) is given back.
+        lv = ready_add_group(&self._ready, prio, lv)
+        ready_drop_group(&self._ready, old)
+        self._groups.at[slot].level = lv
+        if ready:
+            self._make_ready(slot)
+        return _OK
 
     # -- lock state and the expiry heap (_inmemory_expiry.pxi)
 
@@ -752,7 +1407,8 @@ cdef class InMemoryTransport:
         while expiry_due(&self._expiry, now):
             slot = expiry_top(&self._expiry)
             self._unlock(slot)  # the delivery (open) stays current
-            self._make_ready(slot)
+            if not self._groups.at[slot].paused:
+                self._make_ready(slot)
 
     # -- storage (_inmemory_storage.pxi)
     #
@@ -768,18 +1424,31 @@ cdef class InMemoryTransport:
         """Renumber live messages into smaller arrays (``messages_compact``)."""
         messages_compact(&self._messages, self._events, &self._groups)
 
+    cdef object _purge(self, int32_t slot, PyObject **spent):
+        """Drop group ``slot`` and its messages, their events moved to
+        ``spent`` (room for ``count``): the caller releases them after the
+        lock, and the group's id, returned."""
+        cdef Group *g = &self._groups.at[slot]
+        if g.lock != _FREE:
+            self._unlock(slot)
+        g.open = 0
+        g.attempt = 0
+        if g.paused:
+            g.paused = 0
+            self._paused -= 1
+            if g.count == 0:
+                self._idle -= 1
+        group_clear(&self._messages, self._events, g, spent)
+        gid = self._forget(slot)
+        if messages_sparse(&self._messages):
+            self._compact_messages()
+        return gid
+
     # -- waiting claims (_inmemory_waiters.pxi; _waiting.py is the other side)
 
     cdef object _claim_wait(self, str wid, double vis, int64_t minp, double wait):
         """``claim`` with a non-zero ``timeout``: ``_waiting.claim_wait``."""
         return _claim_wait(self, wid, vis, minp, wait)
-
-    cdef double _read_clock(self) except? -1.0:
-        """``_now`` for the waiting paths, apart so that ``_now`` stays inlined
-        in the operations (gcc stops inlining it when it has more callers)."""
-        if self._wall_clock:
-            return lq_wall_time()
-        return _check_time(self._clock())
 
     cdef int _serve_waiters(self, double now, bint have_now) except -1:
         """THE ENTRY POINT (see _inmemory_waiters.pxi): serve the waiting claims.
@@ -882,6 +1551,7 @@ cdef class InMemoryTransport:
         self._leased += 1
         if expires_at != _INF:
             expiry_push(&self._expiry, slot, expires_at)
+        group_hold(&self._groups, slot, <PyObject *>w.worker_id)  # for group(): an exact str
         w.seq = self._messages.at[g.head].seq
         w.attempt = g.attempt
         w.expires_at = expires_at
@@ -902,7 +1572,8 @@ cdef class InMemoryTransport:
         ):
             # the group moved (compaction) or is gone: find it by its id
             slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>w.gid, <uint32_t>lq_str_hash(w.gid))
-            if slot < 0 or self._messages.at[self._groups.at[slot].head].seq != w.seq:
+            if (slot < 0 or self._groups.at[slot].count == 0  # an empty paused group: no head
+                    or self._messages.at[self._groups.at[slot].head].seq != w.seq):
                 return 0
         g = &self._groups.at[slot]
         if not g.open or g.attempt != w.attempt:
@@ -915,7 +1586,8 @@ cdef class InMemoryTransport:
         g.open = w.prev_open
         g.key = w.prev_key
         g.claimed_at = w.prev_claimed_at
-        self._make_ready(slot)  # control plane (merge): not if the group was paused meanwhile
+        if not g.paused:  # paused meanwhile: it stays out of the ready set until resumed
+            self._make_ready(slot)
         return 1
 
     cdef inline bint _promise(self, _Waiter w) noexcept:

@@ -9,7 +9,9 @@
 # Capacity: ``claim``, ``nack`` and ``extend`` make room for one more entry
 # (expiry_make_room) before they change anything, so a push never
 # allocates; removing entries gives memory back when under a quarter of the
-# capacity is in use.
+# capacity is in use, but never below ``floor``: ``claim_many`` reserves
+# room for all its claims (expiry_reserve) and sets ``floor`` while the
+# expiries it applies first pop entries.
 #
 # Functions: expiry_init / expiry_free, expiry_make_room, expiry_due,
 # expiry_top, expiry_push, expiry_remove, and for the group storage
@@ -26,6 +28,7 @@ ctypedef struct ExpiryHeap:
     int32_t *pos         # group slot -> position in ``entries``, -1 if absent
     int32_t size
     int32_t cap          # entries allocated; >= groups locked with a finite expiry
+    int32_t floor        # removals keep at least this capacity (0 but during claim_many)
 
 
 cdef inline void expiry_init(ExpiryHeap *xh) noexcept:
@@ -33,6 +36,7 @@ cdef inline void expiry_init(ExpiryHeap *xh) noexcept:
     xh.pos = NULL
     xh.size = 0
     xh.cap = 0
+    xh.floor = 0
 
 
 cdef inline void expiry_free(ExpiryHeap *xh) noexcept:
@@ -110,11 +114,8 @@ cdef void expiry_remove_at(ExpiryHeap *xh, int32_t pos) noexcept:
     xh.size -= 1
     end = xh.size
     if xh.cap > _MIN_HEAP_CAP * 4 and end * 4 < xh.cap:
-        # Give memory back; the entries stay in [0, end].
-        p = PyMem_Realloc(xh.entries, <size_t>(end * 2 + 1) * sizeof(ExpiryEntry))
-        if p != NULL:
-            xh.entries = heap = <ExpiryEntry *>p
-            xh.cap = end * 2 + 1
+        expiry_shrink(xh, end)
+        heap = xh.entries
     if pos == end:
         return
     last = heap[end]
@@ -134,6 +135,21 @@ cdef void expiry_remove_at(ExpiryHeap *xh, int32_t pos) noexcept:
         child = 2 * n + 1
     heap[n] = last
     xpos[last.group] = n
+
+
+cdef void expiry_shrink(ExpiryHeap *xh, int32_t end) noexcept:
+    """Give memory back (best effort), keeping the entries in [0, end] and
+    at least ``floor`` entries of room."""
+    cdef int32_t new_cap = end * 2 + 1
+    cdef void *p
+    if new_cap < xh.floor:
+        new_cap = xh.floor
+    if new_cap >= xh.cap:
+        return
+    p = PyMem_Realloc(xh.entries, <size_t>new_cap * sizeof(ExpiryEntry))
+    if p != NULL:
+        xh.entries = <ExpiryEntry *>p
+        xh.cap = new_cap
 
 
 cdef inline void expiry_remove(ExpiryHeap *xh, int32_t slot) noexcept:

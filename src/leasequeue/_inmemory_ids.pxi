@@ -112,8 +112,11 @@ cdef int ids_grow(IdTable *ids) noexcept:
 
 cdef inline int ids_reserve(IdTable *ids, int64_t groups) noexcept:
     """Make room for ``groups`` groups (at most half full); a result code."""
-    if <size_t>groups * 2 > ids.mask:
-        return ids_grow(ids)
+    cdef int rc
+    while <size_t>groups * 2 > ids.mask:
+        rc = ids_grow(ids)
+        if rc != _OK:
+            return rc
     return _OK
 
 

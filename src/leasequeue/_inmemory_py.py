@@ -23,6 +23,13 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   again with its old key (its place in the round-robin is kept).  Entries
   made stale by ack/nack/extend are skipped, and the heap is compacted when
   stale entries outnumber live ones, so memory stays O(G).
+* The control plane works on the same structures: a paused group is simply
+  never made ready (it keeps its key, so ``resume`` puts it back where it
+  was), ``set_priority`` moves a group to another level with its key, and
+  ``purge`` forgets a group with its messages.  A paused group outlives its
+  messages (``_idle`` counts the empty ones); ``groups()`` lists the group
+  table, whose order is creation order.  The batches are the single
+  operations in a loop under one lock.
 
 The sections below come in the order of the Cython twin's files, under the
 same names, so the two can be read side by side: Lease
@@ -49,16 +56,18 @@ import threading
 import time
 from bisect import insort
 from heapq import heapify, heappop, heappush
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import _waiting
 from ._errors import LeaseLost
-from ._types import PARKED, TransportStats
+from ._types import PARKED, GroupInfo, TransportStats
 from ._validation import (
     INT64_MAX as _INT64_MAX,
     INT64_MIN as _INT64_MIN,
+    check_count as _check_count,
     check_duration as _check_duration,
     check_id as _check_id,
+    check_item as _check_item,
     check_priority as _check_priority,
     check_time as _check_time,
     check_timeout as _check_timeout,
@@ -73,6 +82,8 @@ __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 
 # Never-claimed groups are keyed by ``first seq - _NEVER_CLAIMED`` so every
 # one of them sorts before every claimed group (keyed by claim number >= 1).
+# A group created by ``pause`` holds no message yet: keyed ``-_NEVER_CLAIMED``
+# until its first message arrives.  A key < 0 means "never claimed".
 _NEVER_CLAIMED = 2**62
 
 # Lock states of a group's head message.
@@ -348,7 +359,12 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
 
 
 class _Group:
-    """One group: its FIFO of messages and the lock state of its head."""
+    """One group: its FIFO of messages and the lock state of its head.
+
+    A group holding no message exists only while paused (``pause`` of an
+    unknown group, or its last message acked while paused): then
+    ``messages`` is ``[]``.
+    """
 
     __slots__ = (
         "group_id",
@@ -364,6 +380,7 @@ class _Group:
         "worker_id",
         "expires_at",
         "tick",  # id of this group's live expiry-heap entry, 0 if none
+        "paused",  # by ``pause()``: never made ready while set
     )
 
     def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
@@ -380,6 +397,44 @@ class _Group:
         self.worker_id: Optional[str] = None
         self.expires_at = 0.0
         self.tick = 0
+        self.paused = False
+
+
+def _paused_group(group_id: str, level: "_Level") -> _Group:
+    """A group created by ``pause``: no message, never claimed, paused."""
+    group = _Group(group_id, level, 0, None)
+    group.messages = []
+    group.key = -_NEVER_CLAIMED
+    group.paused = True
+    return group
+
+
+def _view(group: _Group) -> Tuple[Any, ...]:
+    """The fields of ``GroupInfo`` for ``group`` (expiry already applied, so a
+    lock still set is live); the Cython twin's ``group_view``."""
+    lock = group.lock
+    messages = group.messages
+    head = group.head
+    if lock == _FREE:
+        state = "paused" if group.paused else "ready"
+        holder: Optional[str] = None
+        expires_at: Optional[float] = None
+        attempt: Optional[int] = None
+    else:
+        state = "leased" if lock == _LEASED else "parked"
+        holder, expires_at, attempt = group.worker_id, group.expires_at, group.attempt
+    return (
+        group.group_id,
+        group.level.priority,
+        len(messages) - head,
+        state,
+        group.paused,
+        messages[head][0] if head < len(messages) else None,  # type: ignore[index]
+        holder,
+        expires_at,
+        attempt,
+        group.last_claimed_at if group.key > 0 else None,
+    )
 
 
 # ------------------------------------------------------------------- waiters
@@ -398,6 +453,13 @@ class _Group:
 #
 #     if self._nwaiting:
 #         self._serve_waiters(now)    # its clock reading, or None if it read none
+#
+# ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` make that
+# call (and so read the clock) only when they made a group claimable: a
+# group made ready, a ready group moved to another priority, a non-empty
+# batch, an ack done.  ``pause`` and ``purge`` make nothing claimable; a
+# purge may drop the expiry the timer is armed for, which then fires, finds
+# nothing due and re-arms for the next one (as after an ack).
 #
 # With nobody waiting that test is the whole cost.  ``_nwaiting`` is read
 # without the lock, which is enough: a waiting claim queues itself and serves
@@ -503,13 +565,15 @@ class InMemoryTransport:
     Events are held by reference, never copied.
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
-    float (default ``time.time``); it is read once by ``claim``, ``extend``,
-    ``stats`` and ``nack(delay > 0)`` (and by ``publish``, ``ack`` and
-    ``nack(0)`` while a claim waits for work), never while the transport's
-    lock is held.  The transport's time never runs backwards: an operation
-    whose clock reading is older than a time an earlier operation used (a
-    racing thread, or a clock turned back) uses that later time instead.
-    Every method is atomic and thread-safe.
+    float (default ``time.time``); it is read once by ``claim``,
+    ``claim_many``, ``extend``, ``stats``, ``group``, ``groups`` and
+    ``nack(delay > 0)`` (and by ``publish``, ``ack``, ``nack(0)``,
+    ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` while a
+    claim waits for work), never while the transport's lock is held.  The
+    transport's time never runs backwards: an operation whose clock reading
+    is older than a time an earlier operation used (a racing thread, or a
+    clock turned back) uses that later time instead.  Every method is atomic
+    and thread-safe.
 
     ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
     asyncio event loop; ``close()`` ends every wait.
@@ -554,6 +618,8 @@ class InMemoryTransport:
         self._poke = False  # the timer must be poked after the lock is released
         self._orphans: List[_Waiter] = []  # records ended from nested user code (see _wait_end)
         self._wakeups = [0, 0]  # wakes promised: hand-offs, close (for tests)
+        self._paused = 0  # groups paused
+        self._idle = 0  # groups holding no message (each one paused)
 
     # -------------------------------------------------------------- public
 
@@ -701,7 +767,7 @@ class InMemoryTransport:
                 else:
                     messages = group.messages
                     head = group.head + 1
-                    if head < len(messages) and group.ready_key is None:
+                    if head < len(messages) and group.ready_key is None and not group.paused:
                         self._make_ready(group)  # allocates: first, while nothing changed
                     if group.lock != _FREE or group.tick:
                         self._unlock(group)
@@ -711,7 +777,10 @@ class InMemoryTransport:
                     messages[head - 1] = None
                     self._messages -= 1
                     if head == len(messages):
-                        self._forget(group)
+                        if group.paused:
+                            self._keep_idle(group)
+                        else:
+                            self._forget(group)
                     else:
                         if head >= 32 and head * 2 >= len(messages):
                             del messages[:head]
@@ -745,7 +814,7 @@ class InMemoryTransport:
                 group = self._current(lease)
                 if group is not None:
                     if delay == 0.0:
-                        if group.ready_key is None:
+                        if group.ready_key is None and not group.paused:
                             self._make_ready(group)
                         self._unlock(group)
                     else:
@@ -817,12 +886,309 @@ class InMemoryTransport:
                 expiry = self._expiry
                 if expiry and expiry[0][0] < now:
                     self._expire(now)
-                counts = (self._messages, len(self._groups), self._leased, self._parked)
+                counts = (self._messages, len(self._groups) - self._idle, self._leased, self._parked, self._paused)
             finally:
                 self._settle()
         if self._nwaiting:
             self._serve_waiters(now)
         return TransportStats(*counts)
+
+    # -------------------------------------------------------- control plane
+
+    def pause(self, group_id: str) -> bool:
+        """Stop serving group ``group_id``; ``True`` if it was not paused.
+
+        A paused group is never served by ``claim`` (like a park with no
+        end).  A message already leased stays leased: its worker may ack,
+        nack or extend it, and a ``nack(lease, 0)`` or an expiry leaves it in
+        the still-paused group.  A group that does not exist is created,
+        paused, with priority 0, so that messages published later wait in
+        it.  A paused group is not forgotten while paused, even when empty.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        with self._lock:
+            if self._busy:
+                raise _reentered("pause")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                if group is None:
+                    self._add_paused(group_id)
+                    changed = True
+                else:
+                    changed = not group.paused
+                    if changed:
+                        group.paused = True
+                        self._paused += 1
+                        if group.ready_key is not None:
+                            self._unready(group)
+            finally:
+                self._settle()
+        return changed
+
+    def resume(self, group_id: str) -> bool:
+        """Lift a pause and end a park; ``True`` if either was there.
+
+        A parked message is claimable at once, its attempt count unchanged.
+        ``resume`` reads no clock: a park whose time ran out is still a park
+        until an operation that reads the clock has seen it expire.  The
+        group keeps its round-robin position; a group left without messages
+        is forgotten.  ``False`` (and nothing created) for a group that does
+        not exist.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        with self._lock:
+            if self._busy:
+                raise _reentered("resume")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                lifted = ready = False
+                if group is not None:
+                    parked = group.lock == _PARKED
+                    lifted = group.paused or parked
+                    if lifted:
+                        if group.head == len(group.messages):  # empty, hence paused
+                            group.paused = False
+                            self._paused -= 1
+                            self._idle -= 1
+                            self._forget(group)
+                        else:
+                            if group.ready_key is None and group.lock != _LEASED:
+                                self._make_ready(group)  # allocates: first, while nothing changed
+                            if group.paused:
+                                group.paused = False
+                                self._paused -= 1
+                            if parked:
+                                self._unlock(group)  # the park ends; the attempt count stays
+                            ready = group.ready_key is not None
+            finally:
+                self._settle()
+        if ready and self._nwaiting:  # the group is claimable now
+            self._serve_waiters(None)
+        return lifted
+
+    def purge(self, group_id: str) -> int:
+        """Remove every message of group ``group_id``; return how many.
+
+        The leased or parked message goes too (its lease is no longer
+        current: ``LeaseLost``), and the group is forgotten, pause and
+        priority included.  The events are released after the transport's
+        lock.  ``0`` for a group that does not exist.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        spent: Optional[List[Any]] = None  # the events: dropped after the lock is released
+        with self._lock:
+            if self._busy:
+                raise _reentered("purge")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                removed = 0
+                if group is not None:
+                    spent = group.messages
+                    removed = len(spent) - group.head
+                    self._purge(group)
+            finally:
+                self._settle()
+        del spent  # the events' __del__ may run here, outside the lock
+        return removed
+
+    def set_priority(self, group_id: str, priority: int) -> bool:
+        """Change group ``group_id``'s priority; ``False`` if there is no such group.
+
+        The group keeps its round-robin position and its pause; no group is
+        created.  ``True`` for any existing group, even when the priority
+        does not change.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        if type(priority) is not int or not _INT64_MIN <= priority <= _INT64_MAX:
+            priority = _check_priority(priority, "priority")
+        with self._lock:
+            if self._busy:
+                raise _reentered("set_priority")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                moved = False
+                if group is not None and group.level.priority != priority:
+                    self._set_level(group, priority)
+                    moved = group.ready_key is not None
+            finally:
+                self._settle()
+        if moved and self._nwaiting:  # a waiting claim's floor may admit it now
+            self._serve_waiters(None)
+        return group is not None
+
+    def group(self, group_id: str) -> Optional[GroupInfo]:
+        """What group ``group_id`` is doing now, or ``None`` if there is no such group.
+
+        Reads the clock and applies expiry first, as ``stats`` does, so the
+        state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
+        message's lease or park has not expired (paused or not), else
+        ``"paused"`` or ``"ready"``.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        now = _check_time(self._clock())
+        with self._lock:
+            if self._busy:
+                raise _reentered("group")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                group = self._groups.get(group_id)
+                view = None if group is None else _view(group)
+            finally:
+                self._settle()
+        if self._nwaiting:  # expiry may have freed groups
+            self._serve_waiters(now)
+        return None if view is None else GroupInfo(*view)
+
+    def groups(self) -> List[GroupInfo]:
+        """Every group now, in the order the groups were created: O(G).
+
+        Reads the clock and applies expiry first, as ``group`` does.  A group
+        forgotten and created again comes after the others.
+        """
+        now = _check_time(self._clock())
+        with self._lock:
+            if self._busy:
+                raise _reentered("groups")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                views = [_view(group) for group in self._groups.values()]
+            finally:
+                self._settle()
+        if self._nwaiting:  # expiry may have freed groups
+            self._serve_waiters(now)
+        return [GroupInfo(*view) for view in views]
+
+    # -------------------------------------------------------------- batches
+
+    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
+        """Publish ``(group_id, event)`` or ``(group_id, event, priority)`` items; return their seqs.
+
+        Every item is checked before any is published (one bad item: its
+        error, nothing published); then they are published in order, with
+        consecutive seqs, under one lock, leaving the transport exactly as
+        publishing them one by one would.  Items must be tuples.
+        """
+        batch = [_check_item(item) for item in list(items)]
+        count = len(batch)
+        with self._lock:
+            if self._busy:
+                raise _reentered("publish_many")
+            self._busy = True
+            try:
+                first = self._seq + 1
+                self._seq += count  # reserved: a nested publish gets a later seq
+                try:
+                    self._add_batch(first, batch)
+                except BaseException:
+                    if self._seq == first + count - 1:  # nothing published since: free again
+                        self._seq = first - 1
+                    raise
+            finally:
+                self._settle()
+        if count and self._nwaiting:
+            self._serve_waiters(None)
+        return list(range(first, first + count))
+
+    def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Lease]:
+        """Up to ``max_count`` leases at one ``now``, one per group.
+
+        Exactly what ``max_count`` successive ``claim`` calls at the same
+        ``now`` would return, up to the first that finds nothing: one clock
+        read and one lock for the lot.  ``max_count`` is an ``int >= 0``.
+        Never waits.
+        """
+        if type(worker_id) is not str or worker_id == PARKED:
+            worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        max_count = _check_count(max_count)
+        if type(min_priority) is not int or not _INT64_MIN <= min_priority <= _INT64_MAX:
+            min_priority = _check_priority(min_priority, "min_priority")
+        now = _check_time(self._clock())
+        taken: List[Tuple[int, str, Any, int]] = []
+        with self._lock:
+            if self._busy:
+                raise _reentered("claim_many")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                expires_at = now + visibility
+                while len(taken) < max_count:
+                    try:
+                        claimed = self._claim_next(worker_id, expires_at, min_priority, now)
+                    except MemoryError:
+                        if not taken:
+                            raise  # nothing changed but the expiries
+                        break  # the batch ends with the claims made so far
+                    if claimed is None:
+                        break
+                    taken.append(claimed)
+            finally:
+                self._settle()
+        if self._nwaiting:  # expiries it did not claim; its leases may expire first
+            self._serve_waiters(now)
+        owner = self._owner
+        return [_issue(seq, group_id, event, worker_id, expires_at, attempt, owner)
+                for seq, group_id, event, attempt in taken]
+
+    def ack_many(self, leases: Iterable[Lease]) -> List[Lease]:
+        """Ack every current lease, in order; return the ones that were not current.
+
+        Every element is type-checked first (``TypeError``, nothing acked).
+        A lease that is not current at its turn (acked before, re-delivered,
+        a duplicate in the batch) is returned instead of raising
+        ``LeaseLost``: the list holds the very objects passed in, in order.
+        The events are released after the transport's lock.
+        """
+        batch = list(leases)
+        for lease in batch:
+            if type(lease) is not Lease:
+                _check_lease(lease)
+        spent: List[Any] = [None] * len(batch)  # events: dropped after the lock is released
+        with self._lock:
+            if self._busy:
+                raise _reentered("ack_many")
+            self._busy = True
+            try:
+                for i, lease in enumerate(batch):
+                    group = self._current(lease)
+                    if group is not None:
+                        spent[i] = self._ack_current(group)
+            finally:
+                self._settle()
+        lost = [lease for lease, gone in zip(batch, spent) if gone is None]
+        del spent  # the events' __del__ may run here, outside the lock
+        if len(lost) < len(batch) and self._nwaiting:  # an ack may expose a group's next message
+            self._serve_waiters(None)
+        return lost
 
     def __copy__(self) -> "InMemoryTransport":
         raise TypeError("an InMemoryTransport cannot be copied")
@@ -923,7 +1289,11 @@ class InMemoryTransport:
         """
         group = self._groups.get(group_id)
         if group is not None:
-            group.messages.append((seq, event))
+            messages = group.messages
+            if messages:
+                messages.append((seq, event))
+            else:  # an empty paused group
+                self._refill(group, seq, event)
             self._messages += 1
             return
         level = self._levels.get(priority)
@@ -955,6 +1325,110 @@ class InMemoryTransport:
                 self._add(*pending.pop(0))
         finally:
             self._busy = False
+
+    def _add_batch(self, first: int, batch: List[Tuple[str, Any, int]]) -> None:
+        """Add ``batch`` as messages ``first``, ``first + 1``, ...: all or none.
+
+        A failure (MemoryError) takes back the messages added so far, newest
+        first, so the transport is left as it was.
+        """
+        groups = self._groups
+        count = len(batch)
+        added: List[Optional[_Group]] = [None] * count  # allocated before any change
+        how = [0] * count  # 0: appended, 1: refilled an empty paused group, 2: created the group
+        done = 0
+        try:
+            for group_id, event, priority in batch:
+                group = groups.get(group_id)
+                how[done] = 2 if group is None else 0 if group.messages else 1
+                self._add(first + done, group_id, event, priority)
+                added[done] = groups[group_id]
+                done += 1
+        except BaseException:
+            for i in range(done - 1, -1, -1):
+                group = added[i]
+                assert group is not None
+                group.messages.pop()
+                self._messages -= 1
+                if how[i] == 2:
+                    self._forget(group)
+                elif how[i] == 1:
+                    self._idle += 1
+                    if group.key < 0:
+                        group.key = -_NEVER_CLAIMED
+            raise
+
+    def _add_paused(self, group_id: str) -> None:
+        """Create group ``group_id`` for ``pause``: priority 0, no message, paused."""
+        level = self._levels.get(0)
+        if level is None:
+            level = _Level(0, self._rng.random())
+            self._levels[0] = level
+            self._root = _treap_insert(self._root, level)
+        try:
+            self._groups[group_id] = _paused_group(group_id, level)
+        except BaseException:
+            if level.groups == 0:  # made for this group alone
+                del self._levels[0]
+                self._root = _treap_delete(self._root, 0)
+            raise
+        level.groups += 1
+        self._paused += 1
+        self._idle += 1
+
+    def _refill(self, group: _Group, seq: int, event: Any) -> None:
+        """The first message of an empty paused group."""
+        group.messages.append((seq, event))  # allocates: first, while nothing changed
+        self._idle -= 1
+        if group.key < 0:  # never claimed: placed by its oldest message
+            group.key = seq - _NEVER_CLAIMED
+
+    # -- claiming and acking in batches
+
+    def _claim_next(
+        self, worker_id: str, expires_at: float, min_priority: int, now: float
+    ) -> Optional[Tuple[int, str, Any, int]]:
+        """One claim of ``claim_many`` (expiry applied): ``(seq, group_id,
+        event, attempt)`` of the message leased, or None."""
+        entry = self._find(min_priority)
+        if entry is None:
+            return None
+        group = entry[1]
+        self._lock_group(group, _LEASED, worker_id, expires_at)  # allocates: first
+        self._take_top(group.level)
+        self._claims = claims = self._claims + 1
+        group.key = claims
+        group.last_claimed_at = now
+        group.attempt = attempt = group.attempt + 1
+        group.open = True
+        seq, event = group.messages[group.head]  # type: ignore[misc]
+        return seq, group.group_id, event, attempt
+
+    def _ack_current(self, group: _Group) -> Tuple[int, Any]:
+        """``ack`` of the current delivery of ``group``: returns the spent
+        ``(seq, event)``, which the caller drops after the lock."""
+        messages = group.messages
+        head = group.head + 1
+        if head < len(messages) and group.ready_key is None and not group.paused:
+            self._make_ready(group)  # allocates: first, while nothing changed
+        if group.lock != _FREE or group.tick:
+            self._unlock(group)
+        group.open = False
+        group.attempt = 0
+        spent = messages[head - 1]
+        messages[head - 1] = None
+        self._messages -= 1
+        if head == len(messages):
+            if group.paused:
+                self._keep_idle(group)
+            else:
+                self._forget(group)
+        else:
+            if head >= 32 and head * 2 >= len(messages):
+                del messages[:head]
+                head = 0
+            group.head = head
+        return spent  # type: ignore[return-value]
 
     # -- ready heaps and the level treap
 
@@ -991,14 +1465,21 @@ class InMemoryTransport:
                 self._compact(level)
 
     def _compact(self, level: _Level) -> None:
-        """Rebuild a level's heap from its live entries: O(size), amortised O(1)."""
+        """Rebuild a level's heap from its live entries: O(size), amortised O(1).
+
+        Best effort: out of memory, the stale entries stay (nothing else
+        changes), so that taking back a failed batch cannot fail here.
+        """
         live = []
         seen = set()
-        for entry in level.heap:
-            group = entry[1]
-            if group.ready_key == entry[0] and group.level is level and id(group) not in seen:
-                seen.add(id(group))
-                live.append(entry)
+        try:
+            for entry in level.heap:
+                group = entry[1]
+                if group.ready_key == entry[0] and group.level is level and id(group) not in seen:
+                    seen.add(id(group))
+                    live.append(entry)
+        except MemoryError:
+            return
         heapify(live)
         level.heap = live
         level.stale = 0
@@ -1047,6 +1528,38 @@ class InMemoryTransport:
             else:
                 node = node.right
         return best
+
+    def _set_level(self, group: _Group, priority: int) -> None:
+        """Move ``group`` to the level of ``priority`` (a new one if need be),
+        keeping its round-robin key and, if it is ready, its readiness."""
+        level = self._levels.get(priority)
+        if level is None:
+            level = _Level(priority, self._rng.random())
+            self._levels[priority] = level
+            self._root = _treap_insert(self._root, level)
+        entry = None
+        if group.ready_key is not None:
+            entry = (group.key, group)
+            try:
+                # The only allocation, first; the entry is stale (ignored)
+                # until ``group.level`` is ``level``.
+                heappush(level.heap, entry)
+            except BaseException:
+                if level.groups == 0:  # made for this group alone
+                    del self._levels[priority]
+                    self._root = _treap_delete(self._root, priority)
+                raise
+            self._unready(group)
+        old = group.level
+        old.groups -= 1
+        if old.groups == 0:
+            del self._levels[old.priority]
+            self._root = _treap_delete(self._root, old.priority)
+        group.level = level
+        level.groups += 1
+        if entry is not None:
+            group.ready_key = entry[0]
+            self._repair(level)
 
     # -- lock state and the expiry heap
 
@@ -1098,7 +1611,8 @@ class InMemoryTransport:
         while expiry and expiry[0][0] < now:
             _, tick, group = expiry[0]
             if group.tick == tick:  # else stale: the lock was released or replaced
-                self._make_ready(group)  # allocates: first, while nothing changed
+                if not group.paused:
+                    self._make_ready(group)  # allocates: first, while nothing changed
                 self._unlock(group)  # the delivery (group.open) stays current
             heappop(expiry)
 
@@ -1130,6 +1644,28 @@ class InMemoryTransport:
         group.messages = []
         group.group_id = ""
         group.level = None  # type: ignore[assignment]
+
+    def _keep_idle(self, group: _Group) -> None:
+        """A paused group's last message is gone: it stays, empty."""
+        group.messages = []
+        group.head = 0
+        self._idle += 1
+
+    def _purge(self, group: _Group) -> None:
+        """Drop ``group`` and its messages (the caller holds the message list,
+        to release the events after the lock)."""
+        if group.lock != _FREE or group.tick:
+            self._unlock(group)
+        group.open = False
+        group.attempt = 0
+        held = len(group.messages) - group.head
+        if group.paused:
+            group.paused = False
+            self._paused -= 1
+            if not held:
+                self._idle -= 1
+        self._messages -= held
+        self._forget(group)
 
     # -- waiting claims (the waiters section; _waiting.py is the other side)
 
@@ -1243,7 +1779,8 @@ class InMemoryTransport:
         group.open = w.prev_open
         group.key = w.prev_key
         group.last_claimed_at = w.prev_claimed_at
-        self._make_ready(group)  # control plane (merge): not if the group was paused meanwhile
+        if not group.paused:  # paused meanwhile: it stays out of the ready set until resumed
+            self._make_ready(group)
         return True
 
     def _enqueue(self, w: _Waiter) -> None:

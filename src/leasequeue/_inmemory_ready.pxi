@@ -20,7 +20,8 @@
 #   ready_best / ready_find [_find], ready_pop [_take_top],
 #   ready_repair [_repair], treap_pull / treap_split / treap_merge /
 #   treap_insert / treap_delete [_treap_pull, ...], and the level lifecycle
-#   ready_reserve_group / ready_add_group / ready_drop_group [_add, _forget];
+#   ready_reserve_group / ready_reserve_levels / ready_add_group /
+#   ready_drop_group [_add, _add_batch, _set_level, _forget];
 #   for the group storage ready_resize_index / ready_renumber.
 
 
@@ -430,6 +431,41 @@ cdef int ready_reserve_group(ReadySet *rs, int64_t prio, int32_t *lv) noexcept:
     else:
         node = lv[0]
     return level_reserve(rs, node, rs.levels[node].groups + 1 if lv[0] >= 0 else 1)
+
+
+cdef int ready_reserve_levels(ReadySet *rs, const int64_t *prios, const int64_t *counts, int32_t n) noexcept:
+    """``ready_reserve_group`` for a batch: room for ``counts[i]`` more groups
+    of priority ``prios[i]`` (distinct priorities), listed in the order in
+    which their first groups will be added.  A priority without a level
+    gets the next unused level in the order ``ready_add_group`` takes them.
+    Nothing visible changes; a result code."""
+    cdef int32_t i, lv, node, have, absent = 0
+    cdef int rc
+    for i in range(n):
+        if ready_find_level(rs, prios[i]) < 0:
+            absent += 1
+    while True:  # enough unused levels for the new priorities
+        have = 0
+        node = rs.free
+        while node >= 0 and have < absent:
+            have += 1
+            node = rs.levels[node].left
+        if have >= absent:
+            break
+        rc = levels_grow(rs)
+        if rc != _OK:
+            return rc
+    node = rs.free
+    for i in range(n):
+        lv = ready_find_level(rs, prios[i])
+        if lv >= 0:
+            rc = level_reserve(rs, lv, rs.levels[lv].groups + counts[i])
+        else:
+            rc = level_reserve(rs, node, counts[i])
+            node = rs.levels[node].left
+        if rc != _OK:
+            return rc
+    return _OK
 
 
 cdef int32_t ready_add_group(ReadySet *rs, int64_t prio, int32_t lv) noexcept:

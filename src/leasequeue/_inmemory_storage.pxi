@@ -12,6 +12,11 @@
 #   together.  Only a group's head message can be leased or parked, so the
 #   lock state lives on the group.  The ids sit in a list by group slot
 #   (owned by the transport); a group keeps a borrowed pointer to its id.
+#   A slot is in use while its ``gid`` is set: a paused group may hold no
+#   message (``count == 0``).  Beside the records, by slot: the worker of
+#   the group's latest claim (``holder``, for ``group()``) and the links of
+#   a list of the groups in creation order (``older``/``newer``, for
+#   ``groups()``).
 #
 # Growing comes before any change (publish grows first, then commits);
 # shrinking is best effort: when under a quarter of the slots is in use the
@@ -24,9 +29,10 @@
 # The pure twin keeps a ``_Group`` object per group, its messages in a list
 # on it; ``groups_forget`` is its ``InMemoryTransport._forget``.
 #
-# Functions: messages_grow, message_add, messages_sparse /
-# messages_compact; groups_grow, groups_add, group_append, group_shift,
-# groups_forget, groups_compact.
+# Functions: messages_grow, messages_reserve, message_add, messages_sparse /
+# messages_compact; groups_grow, groups_reserve, groups_add, group_append,
+# group_shift / group_take, group_clear, group_hold, group_view,
+# groups_forget / groups_forget_ref, groups_compact.
 
 
 cdef struct Group:       # forward-declared in _inmemory_ids.pxi
@@ -41,6 +47,7 @@ cdef struct Group:       # forward-declared in _inmemory_ids.pxi
     int32_t level        # priority level (treap node)
     uint8_t lock         # _FREE / _LEASED / _PARKED
     uint8_t open         # the head's latest delivery is still current
+    uint8_t paused       # by pause(): never made ready while set
 
 
 # One message: its seq and the next message of its group (or the free-list
@@ -60,9 +67,30 @@ ctypedef struct MessageStore:
 
 ctypedef struct GroupStore:
     Group *at            # by group slot; len(group_ids) >= cap
+    PyObject **holder    # by group slot: worker id of the latest claim (owned, an exact str), or NULL
+    int32_t *older       # by group slot: the group created just before, -1 if none
+    int32_t *newer       # by group slot: the group created just after, -1 if none
+    int32_t oldest       # first group in creation order, -1 if none
+    int32_t newest       # last group in creation order, -1 if none
     int32_t cap
     int32_t free         # first unused slot (chained through ``head``), -1 if none
-    int32_t used         # groups held
+    int32_t used         # groups held (empty paused ones included)
+
+
+# What ``group()`` / ``groups()`` report of one group, copied under the lock
+# (the references are owned: the GroupInfo is built after the lock).
+ctypedef struct GroupView:
+    PyObject *gid
+    PyObject *holder     # the worker of a live lease, else NULL
+    int64_t priority
+    int64_t head_seq     # when messages > 0
+    int64_t attempt
+    double expires_at
+    double claimed_at
+    int32_t messages
+    uint8_t lock
+    uint8_t paused
+    uint8_t claimed      # ever claimed (its key is a claim number)
 
 
 cdef inline void messages_init(MessageStore *ms) noexcept:
@@ -74,9 +102,26 @@ cdef inline void messages_init(MessageStore *ms) noexcept:
 
 cdef inline void groups_init(GroupStore *gs) noexcept:
     gs.at = NULL
+    gs.holder = NULL
+    gs.older = NULL
+    gs.newer = NULL
+    gs.oldest = -1
+    gs.newest = -1
     gs.cap = 0
     gs.free = -1
     gs.used = 0
+
+
+cdef void groups_free(GroupStore *gs) noexcept:
+    cdef int32_t i
+    if gs.holder != NULL:
+        for i in range(gs.cap):
+            Py_XDECREF(gs.holder[i])
+    PyMem_Free(gs.at)
+    PyMem_Free(gs.holder)
+    PyMem_Free(gs.older)
+    PyMem_Free(gs.newer)
+    groups_init(gs)
 
 
 # -- messages
@@ -101,6 +146,16 @@ cdef int messages_grow(MessageStore *ms, list events) except -1:
         ms.at[i].next = ms.free
         ms.free = i
     ms.cap = <int32_t>new_cap
+    return _OK
+
+
+cdef int messages_reserve(MessageStore *ms, list events, int64_t need) except -1:
+    """At least ``need`` unused message slots; a result code."""
+    cdef int rc
+    while ms.cap - ms.used < need:
+        rc = messages_grow(ms, events)
+        if rc != _OK:
+            return rc
     return _OK
 
 
@@ -184,19 +239,46 @@ cdef int groups_grow(GroupStore *gs, list group_ids, ReadySet *rs, ExpiryHeap *x
         new_cap = INT32_MAX - 1
     while len(group_ids) < new_cap:
         PyList_Append(group_ids, None)
+    # Each array keeps its old contents, so a failure half-way leaves some
+    # of them longer than ``cap``, which is harmless.
     p = PyMem_Realloc(gs.at, <size_t>new_cap * sizeof(Group))
     if p == NULL:
         return _NOMEM
     gs.at = <Group *>p
+    p = PyMem_Realloc(gs.holder, <size_t>new_cap * sizeof(PyObject *))
+    if p == NULL:
+        return _NOMEM
+    gs.holder = <PyObject **>p
+    for i in range(gs.cap, <int32_t>new_cap):
+        gs.holder[i] = NULL
+    p = PyMem_Realloc(gs.older, <size_t>new_cap * sizeof(int32_t))
+    if p == NULL:
+        return _NOMEM
+    gs.older = <int32_t *>p
+    p = PyMem_Realloc(gs.newer, <size_t>new_cap * sizeof(int32_t))
+    if p == NULL:
+        return _NOMEM
+    gs.newer = <int32_t *>p
     if ready_resize_index(rs, gs.cap, new_cap) != _OK:
         return _NOMEM
     if expiry_resize_index(xh, gs.cap, new_cap) != _OK:
         return _NOMEM
     for i in range(<int32_t>new_cap - 1, gs.cap - 1, -1):
+        gs.at[i].gid = NULL
         gs.at[i].count = 0
         gs.at[i].head = gs.free
         gs.free = i
     gs.cap = <int32_t>new_cap
+    return _OK
+
+
+cdef int groups_reserve(GroupStore *gs, list group_ids, ReadySet *rs, ExpiryHeap *xh, int64_t need) except -1:
+    """At least ``need`` unused group slots; a result code."""
+    cdef int rc
+    while gs.cap - gs.used < need:
+        rc = groups_grow(gs, group_ids, rs, xh)
+        if rc != _OK:
+            return rc
     return _OK
 
 
@@ -210,6 +292,14 @@ cdef inline int32_t groups_add(GroupStore *gs, list group_ids, IdTable *ids, str
     ids_insert(ids, slot, h32)
     gs.used += 1
     lq_list_swap(group_ids, slot, gid)
+    # last in creation order
+    gs.older[slot] = gs.newest
+    gs.newer[slot] = -1
+    if gs.newest >= 0:
+        gs.newer[gs.newest] = slot
+    else:
+        gs.oldest = slot
+    gs.newest = slot
     return slot
 
 
@@ -233,6 +323,71 @@ cdef inline object group_shift(MessageStore *ms, list events, Group *g):
     return spent
 
 
+cdef inline PyObject *group_take(MessageStore *ms, list events, Group *g) noexcept:
+    """``group_shift`` handing back an owned reference to the event, for a
+    C array of them (``ack_many``)."""
+    cdef int32_t m = g.head
+    cdef PyObject *spent = lq_list_take(events, m)
+    g.head = ms.at[m].next
+    ms.at[m].next = ms.free
+    ms.free = m
+    g.count -= 1
+    ms.used -= 1
+    return spent
+
+
+cdef void group_clear(MessageStore *ms, list events, Group *g, PyObject **spent) noexcept:
+    """Take every message of group ``g`` out and free their slots; their
+    events go to ``spent[0 .. count-1]`` (owned references, which the
+    caller drops after releasing the lock)."""
+    cdef int32_t m = g.head, following, i = 0
+    while i < g.count:
+        spent[i] = lq_list_take(events, m)
+        following = ms.at[m].next
+        ms.at[m].next = ms.free
+        ms.free = m
+        m = following
+        i += 1
+    ms.used -= g.count
+    g.count = 0
+    g.head = -1
+    g.tail = -1
+
+
+cdef inline void group_hold(GroupStore *gs, int32_t slot, PyObject *worker_id) noexcept:
+    """Record ``worker_id`` (an exact str) as the worker of group ``slot``'s
+    latest claim.  The one it replaces is an exact str too: releasing it
+    runs no user code."""
+    cdef PyObject *old = gs.holder[slot]
+    if old != worker_id:
+        Py_XINCREF(worker_id)
+        gs.holder[slot] = worker_id
+        Py_XDECREF(old)
+
+
+cdef void group_view(const GroupStore *gs, const MessageStore *ms, const ReadySet *rs, int32_t slot,
+                     GroupView *view) noexcept:
+    """Copy what ``GroupInfo`` says of group ``slot`` into ``view`` (expiry
+    already applied, so a lock still set is live), taking references to the
+    id and the lease holder."""
+    cdef const Group *g = &gs.at[slot]
+    view.gid = g.gid
+    Py_XINCREF(view.gid)
+    view.holder = NULL
+    if g.lock == _LEASED:
+        view.holder = gs.holder[slot]
+        Py_XINCREF(view.holder)
+    view.priority = rs.levels[g.level].priority
+    view.head_seq = ms.at[g.head].seq if g.count else 0
+    view.attempt = g.attempt
+    view.expires_at = g.expires_at
+    view.claimed_at = g.claimed_at
+    view.messages = g.count
+    view.lock = g.lock
+    view.paused = g.paused
+    view.claimed = g.key > 0
+
+
 cdef object groups_forget(
     GroupStore *gs, list group_ids, IdTable *ids, ReadySet *rs, ExpiryHeap *xh, int32_t slot,
 ):
@@ -246,13 +401,35 @@ cdef object groups_forget(
         ready_remove(rs, slot, lv)
     ids_delete(ids, slot, g.gid)
     gid = lq_list_swap(group_ids, slot, None)
+    g.gid = NULL
     g.head = gs.free
     gs.free = slot
     gs.used -= 1
+    # out of the creation order
+    if gs.older[slot] >= 0:
+        gs.newer[gs.older[slot]] = gs.newer[slot]
+    else:
+        gs.oldest = gs.newer[slot]
+    if gs.newer[slot] >= 0:
+        gs.older[gs.newer[slot]] = gs.older[slot]
+    else:
+        gs.newest = gs.older[slot]
+    Py_XDECREF(gs.holder[slot])  # an exact str: no user code
+    gs.holder[slot] = NULL
     ready_drop_group(rs, lv)
     if gs.cap > _MIN_GROUP_CAP and gs.used * 4 < gs.cap:
         groups_compact(gs, group_ids, ids, rs, xh)
     return gid
+
+
+cdef PyObject *groups_forget_ref(
+    GroupStore *gs, list group_ids, IdTable *ids, ReadySet *rs, ExpiryHeap *xh, int32_t slot,
+) noexcept:
+    """``groups_forget`` handing back an owned reference to the id, for a C
+    array of them (``ack_many``)."""
+    cdef object gid = groups_forget(gs, group_ids, ids, rs, xh, slot)
+    Py_XINCREF(<PyObject *>gid)
+    return <PyObject *>gid
 
 
 cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet *rs, ExpiryHeap *xh) noexcept:
@@ -266,6 +443,9 @@ cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet 
     cdef int64_t new_cap = live * 2
     cdef size_t ids_size
     cdef Group *groups
+    cdef PyObject **holder
+    cdef int32_t *older
+    cdef int32_t *newer
     cdef int32_t *rpos
     cdef int32_t *xpos
     cdef int32_t *remap
@@ -276,36 +456,59 @@ cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet 
     if new_cap >= gs.cap:
         return
     groups = <Group *>PyMem_Malloc(<size_t>new_cap * sizeof(Group))
+    holder = <PyObject **>PyMem_Malloc(<size_t>new_cap * sizeof(PyObject *))
+    older = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
+    newer = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
     rpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
     xpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
     remap = <int32_t *>PyMem_Malloc(<size_t>gs.cap * sizeof(int32_t))
     table = ids_new_table(live, &ids_size)
-    if groups == NULL or rpos == NULL or xpos == NULL or remap == NULL or table == NULL:
+    if (groups == NULL or holder == NULL or older == NULL or newer == NULL or rpos == NULL or xpos == NULL
+            or remap == NULL or table == NULL):
         PyMem_Free(groups)
+        PyMem_Free(holder)
+        PyMem_Free(older)
+        PyMem_Free(newer)
         PyMem_Free(rpos)
         PyMem_Free(xpos)
         PyMem_Free(remap)
         PyMem_Free(table)
         return
     for s in range(gs.cap):
-        if gs.at[s].count == 0:
+        if gs.at[s].gid == NULL:
             remap[s] = -1
             continue
         remap[s] = k
         groups[k] = gs.at[s]
+        holder[k] = gs.holder[s]  # the reference moves
         if k != s:  # k < s: position k already gave its id away (or had none)
             lq_list_put(group_ids, k, lq_list_take(group_ids, s))
         k += 1
+    for s in range(gs.cap):  # the creation order, renumbered
+        if remap[s] >= 0:
+            older[remap[s]] = remap[gs.older[s]] if gs.older[s] >= 0 else -1
+            newer[remap[s]] = remap[gs.newer[s]] if gs.newer[s] >= 0 else -1
+    if gs.oldest >= 0:
+        gs.oldest = remap[gs.oldest]
+        gs.newest = remap[gs.newest]
     gs.free = -1
     for j in range(<int32_t>new_cap - 1, k - 1, -1):
+        groups[j].gid = NULL
         groups[j].count = 0
         groups[j].head = gs.free
+        holder[j] = NULL
         gs.free = j
     ready_renumber(rs, rpos, <int32_t>new_cap, remap, gs.cap)
     expiry_renumber(xh, xpos, <int32_t>new_cap, remap, gs.cap)
     ids_renumber(ids, table, ids_size, remap)
     PyMem_Free(remap)
     PyMem_Free(gs.at)
+    PyMem_Free(gs.holder)
+    PyMem_Free(gs.older)
+    PyMem_Free(gs.newer)
     gs.at = groups
+    gs.holder = holder
+    gs.older = older
+    gs.newer = newer
     gs.cap = <int32_t>new_cap
     lq_list_truncate(group_ids, new_cap)

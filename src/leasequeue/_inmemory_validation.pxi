@@ -90,3 +90,33 @@ cdef double _check_time(object value) except? -1.0:
     if now - now != 0.0:  # NaN or an infinity
         raise ValueError(f"clock() returned {value!r}, which is not finite")
     return now
+
+
+cdef int64_t _check_count(object value) except -1:
+    """``max_count``: an int (not bool) >= 0, with no upper bound (one above
+    the signed 64-bit range counts as its maximum: no transport holds more)."""
+    cdef int overflow = 0
+    cdef long long result
+    if type(value) is not int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"max_count must be an int, not {type(value).__name__}")
+        value = int(value)
+    if value < 0:
+        raise ValueError(f"max_count must be >= 0, not {value!r}")
+    result = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return INT64_MAX if overflow else result
+
+
+cdef str _check_item(object item, int64_t *priority):
+    """One ``publish_many`` item: a tuple ``(group_id, event)`` or
+    ``(group_id, event, priority)`` (a subclass is read as the tuple it is);
+    returns its group id, its priority in ``priority[0]``."""
+    cdef Py_ssize_t size
+    if not PyTuple_Check(item):
+        raise TypeError(f"publish_many items must be tuples, not {type(item).__name__}")
+    size = PyTuple_GET_SIZE(item)
+    if size != 2 and size != 3:
+        raise ValueError(f"a publish_many item has 2 or 3 fields, not {size}")
+    group_id = _check_id(<object>PyTuple_GET_ITEM(item, 0), "group_id")
+    priority[0] = _priority(<object>PyTuple_GET_ITEM(item, 2), "priority") if size == 3 else 0
+    return group_id

@@ -12,6 +12,10 @@
 #     if self._wq.count:
 #         self._serve_waiters(now, have_now)    # its clock reading, if it read one
 #
+# ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` make that
+# call (and so read the clock) only when they made a group claimable (see
+# the pure twin's section).
+#
 # With nobody waiting that test is the whole cost (one load and one
 # branch).  ``_wq.count`` is read without the lock, which is enough: a
 # waiting claim queues itself and serves the queue in one locked step, so

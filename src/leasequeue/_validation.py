@@ -12,15 +12,17 @@ before any transport takes its lock.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Tuple
 
 from ._types import PARKED
 
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
+    "check_count",
     "check_duration",
     "check_id",
+    "check_item",
     "check_priority",
     "check_time",
     "check_timeout",
@@ -104,3 +106,32 @@ def check_time(value: Any) -> float:
     if value - value != 0.0:  # NaN or an infinity
         raise ValueError(f"clock() returned {value!r}, which is not finite")
     return value
+
+
+def check_count(value: Any) -> int:
+    """``max_count``: an ``int`` (not ``bool``) ``>= 0``, with no upper bound."""
+    if type(value) is not int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"max_count must be an int, not {type(value).__name__}")
+        value = int(value)
+    if value < 0:
+        raise ValueError(f"max_count must be >= 0, not {value!r}")
+    return value
+
+
+def check_item(item: Any) -> Tuple[str, Any, int]:
+    """One ``publish_many`` item: ``(group_id, event)`` or ``(group_id, event,
+    priority)``, as ``(group_id, event, priority)`` checked as ``publish``
+    checks them.
+
+    It must be a ``tuple``; a subclass (a named tuple) is read as the tuple it
+    is, without calling its own ``__len__``/``__getitem__``.
+    """
+    if not issubclass(type(item), tuple):  # the real type: a faked __class__ does not count
+        raise TypeError(f"publish_many items must be tuples, not {type(item).__name__}")
+    size = tuple.__len__(item)
+    if size != 2 and size != 3:
+        raise ValueError(f"a publish_many item has 2 or 3 fields, not {size}")
+    group_id = check_id(tuple.__getitem__(item, 0), "group_id")
+    priority = check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
+    return group_id, tuple.__getitem__(item, 1), priority

@@ -20,6 +20,7 @@ One module per idea:
 ``seed``            the seed's sort-per-claim algorithm
 ``workloads``       what one timed op is, and the prefilled states (a registry)
 ``timing``          measuring, interleaving, ratios, the seed's extrapolation
+``batches``         the batched cycle and the control plane, next to the single calls
 ``memory``          memory and GC cost, in a fresh interpreter per figure
 ``goals``           the project's performance goals, judged on a run
 ``machine``         the machine description

@@ -1,7 +1,7 @@
 """Entry points of the child interpreters the benchmark starts.
 
 ``python -m leasequeue.bench --memory-child IMPL N G`` (see ``memory.py``)
-and ``--callgrind-child IMPL N G K KMAX`` (see ``callgrind.py``).  Users run
+and ``--callgrind-child IMPL N G K KMAX [BATCH]`` (see ``callgrind.py``).  Users run
 ``python -m leasequeue bench`` instead.
 """
 
@@ -19,10 +19,10 @@ def main(argv: Sequence[str]) -> int:
 
         print(json.dumps(memory_child(argv[1], int(argv[2]), int(argv[3]))))
         return 0
-    if len(argv) == 6 and argv[0] == "--callgrind-child":
+    if len(argv) in (6, 7) and argv[0] == "--callgrind-child":
         from .callgrind import callgrind_child
 
-        callgrind_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
+        callgrind_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]), *map(int, argv[6:]))
         return 0
     sys.stderr.write("internal entry point; use: python -m leasequeue bench\n")
     return 2

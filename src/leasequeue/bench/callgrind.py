@@ -1,8 +1,10 @@
 """The fixed cycle that ``benchmarks/callgrind.py`` runs under valgrind.
 
-``python -m leasequeue.bench --callgrind-child IMPL N G K KMAX`` prefills N
-messages in G groups, then runs K full cycles.  The driver runs it twice
-(K1 and K2) and takes the difference, so start-up, imports and prefill cancel.
+``python -m leasequeue.bench --callgrind-child IMPL N G K KMAX [BATCH]``
+prefills N messages in G groups, then runs K full cycles -- or, with BATCH,
+K // BATCH batched cycles of BATCH messages (``publish_many`` +
+``claim_many`` + ``ack_many``).  The driver runs it twice (K1 and K2) and
+takes the difference, so start-up, imports and prefill cancel.
 """
 
 from __future__ import annotations
@@ -15,13 +17,22 @@ from .workloads import EVENT, VISIBILITY, WORKER, State
 __all__ = ["callgrind_child"]
 
 
-def callgrind_child(impl: str, n: int, g: int, k: int, kmax: int) -> None:
-    """Prefill, then ``k`` full cycles.  The list of publish targets is always
-    built for ``kmax`` cycles, so its cost cancels in the difference of two runs."""
+def callgrind_child(impl: str, n: int, g: int, k: int, kmax: int, batch: int = 0) -> None:
+    """Prefill, then ``k`` full cycles (``batch``: ``k // batch`` batched
+    cycles).  The publish targets are always built for ``kmax`` cycles, so
+    their cost cancels in the difference of two runs."""
     gc.disable()
     st = State(impl, n, g, "main")
-    seq = st.group_seq(kmax)[:k]
+    targets = st.group_seq(kmax)
     t, ev, w, vis = st.t, EVENT, WORKER, VISIBILITY
+    if batch:
+        batches = [[(gid, ev) for gid in targets[i:i + batch]] for i in range(0, kmax - batch + 1, batch)]
+        pm, cm, am = t.publish_many, t.claim_many, t.ack_many
+        for items in batches[: k // batch]:
+            pm(items)
+            am(cm(w, vis, batch))
+        return
+    seq = targets[:k]
     if IMPLS[impl].kind == "queue":
         put, get = t.put, t.get
         for _gid in seq:

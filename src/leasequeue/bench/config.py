@@ -49,10 +49,15 @@ class BenchConfig:
     wake_samples: int = 400
     throughput_messages: int = 20_000
     throughput_threads: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    #: the batched cycle (``bench/batches.py``): batch sizes, and the N it runs at (G = N/10)
+    batch_sizes: List[int] = field(default_factory=lambda: [1, 16, 64, 256])
+    batch_n: List[int] = field(default_factory=lambda: [10_000, 100_000])
+    #: N of the control-plane measurement (G = N/10); None: skip it
+    control_n: Optional[int] = 100_000
 
     @classmethod
     def quick(cls) -> "BenchConfig":
-        """Default: N in {1k, 10k, 100k}, G = N/10, 5 repeats (under a minute)."""
+        """Default: N in {1k, 10k, 100k}, G = N/10, 5 repeats (about a minute)."""
         return cls()
 
     @classmethod
@@ -69,6 +74,8 @@ class BenchConfig:
             memory_groups=["1", "N/10", "N"],
             wake_samples=2_000,
             throughput_messages=100_000,
+            batch_n=[10_000, 1_000_000],
+            control_n=1_000_000,
         )
 
     @classmethod
@@ -86,4 +93,6 @@ class BenchConfig:
             wake_samples=20,
             throughput_messages=500,
             throughput_threads=[1, 2],
+            batch_n=[1_000],
+            control_n=1_000,
         )

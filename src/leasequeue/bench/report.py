@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List
 
+from .batches import render_batches
 from .fmt import fmt_ns, fmt_ratio, n_label
 from .impls import ALL_IMPLS, LABELS
 from .timing import find_ratio
@@ -157,7 +158,9 @@ def _goals(report: Dict[str, Any]) -> List[str]:
 
 
 #: The report's sections, in order.
-SECTIONS: List[Callable[[Dict[str, Any]], List[str]]] = [_header, _workloads, _memory, _waiting, _goals]
+SECTIONS: List[Callable[[Dict[str, Any]], List[str]]] = [
+    _header, _workloads, render_batches, _memory, _waiting, _goals
+]
 
 
 def render_markdown(report: Dict[str, Any]) -> str:

@@ -6,6 +6,8 @@ import time
 from dataclasses import asdict
 from typing import Any, Dict
 
+from .batches import run_batches
+from .batches import steps as batch_steps
 from .config import BenchConfig
 from .goals import evaluate_goals
 from .impls import ALL_IMPLS, available_impls
@@ -34,6 +36,7 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
         steps += len(impls) * len(cfg.memory_groups)
     if cfg.waiting:
         steps += waiting_steps(cfg)
+    steps += batch_steps(cfg, impls)
     prog = Progress(steps, enabled=progress)
     started = time.time()
     loop_ns = loop_overhead_ns()
@@ -41,6 +44,7 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
     extrapolate_seed(cfg, results)
     ref = "cython" if "cython" in impls else "pure"
     rat = ratios(results, ref)
+    batches = run_batches(cfg, impls, prog)
     mem = run_memory(cfg, impls, prog) if memory else []
     waiting = run_waiting(cfg, prog) if cfg.waiting else None
     prog.finish("benchmark done")
@@ -64,8 +68,9 @@ def run(cfg: BenchConfig, progress: bool = True, memory: bool = True) -> Dict[st
             key=lambda r: (list(WORKLOADS).index(r["workload"]), r["n"], r["groups"], ALL_IMPLS.index(r["impl"])),
         ),
         "ratios": rat,
+        "batches": batches,
         "memory": mem,
         "waiting": waiting,
     }
-    report["targets"] = evaluate_goals(cfg, results, rat, mem, waiting)
+    report["targets"] = evaluate_goals(cfg, results, rat, mem, waiting, batches)
     return report

@@ -363,7 +363,9 @@ class RandomOps:
         left = self.count
         phases = ["fill", "drain", "churn", "churn", "time", "flush", "wave", "heartbeat", "edge", "edge"]
         if any(m in self.caps.methods for m in CONTROL_PLANE):
-            phases += ["control", "churn"]
+            # another "wave" too, so that the phase that piles up lazily
+            # deleted heap entries keeps its share among the Part 2 phases
+            phases += ["control", "churn", "wave"]
         if any(m in self.caps.methods for m in BATCHES):
             phases += ["batch"]
         while self.emitted < self.count:
