@@ -110,6 +110,15 @@ DEFAULT_PYTEST_ARGS = [
     "tests/test_faults.py",
     "tests/test_memory_bounds.py",
     "tests/test_leaks.py",
+    # Part 2: waiting claims, the control plane, the batches.
+    "tests/test_waiting.py",
+    "tests/test_waiting_idle.py",
+    "tests/test_waiting_signals.py",
+    "tests/test_control_plane.py",
+    "tests/test_batches.py",
+    "tests/test_waiting_control.py",
+    "tests/test_faults_part2.py",
+    "tests/test_leaks_part2.py",
 ]
 
 #: Environment of every test run: the pure twin forced, coverage measurement
