@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any
+from typing import Any, List
 
 from leasequeue._validation import INT64_MAX, INT64_MIN
 
-__all__ = ["CPYTHON_ONLY_REASON", "INT64_MAX", "INT64_MIN", "IS_CPYTHON", "fingerprint", "lease_key"]
+__all__ = ["CPYTHON_ONLY_REASON", "INT64_MAX", "INT64_MIN", "IS_CPYTHON", "fingerprint", "lease_key", "python_argv"]
 
 #: CPython runs ``__del__`` the moment the last reference goes, and has
 #: tracemalloc and ``gc.set_threshold`` semantics the fault tests rely on;
@@ -75,3 +75,20 @@ def package_root(module: Any) -> str:
     that they test the very same build (the source tree has no compiled
     extension when the package is installed, as in CI)."""
     return os.path.dirname(os.path.dirname(os.path.abspath(module.__file__)))
+
+
+#: Runs first in a child interpreter: when the test run measures coverage
+#: (tests/coverage_floor.py sets COVERAGE_PROCESS_START), the child does too.
+_CHILD_COVERAGE = """\
+import os as _os
+if _os.environ.get("COVERAGE_PROCESS_START"):
+    import coverage as _coverage
+    _coverage.process_startup()
+del _os
+"""
+
+
+def python_argv(code: str) -> List[str]:
+    """``[sys.executable, "-c", ...]`` running ``code`` in a child interpreter,
+    measured by coverage when the test run is."""
+    return [sys.executable, "-c", _CHILD_COVERAGE + code]

@@ -718,3 +718,20 @@ def test_claim_many_never_waits(transport: Any) -> None:
     with pytest.raises(TypeError):
         transport.claim_many("w", 10, 1, 0, timeout=1.0)
     assert transport.claim_many("w", 10, 5) == []  # nothing there: at once
+
+
+def test_group_and_groups_expire_the_earliest_lease_among_several(transport: Any, clock: ManualClock) -> None:
+    """``group``/``groups`` look at the earliest expiry, not any other: with two
+    leases, the shorter one has run out and the longer one has not."""
+    t = transport
+    t.publish("long", "a")
+    t.publish("short", "b")
+    assert t.claim("w", 100).group_id == "long"
+    assert t.claim("w", 5).group_id == "short"
+    clock.advance(6)
+    assert t.group("short").state == "ready"
+    assert t.group("long").state == "leased"
+    t.claim("w", 5)  # "short" again, until 1011
+    clock.advance(6)
+    assert {i.group_id: i.state for i in t.groups()} == {"long": "leased", "short": "ready"}
+    assert t.stats().leased == 1

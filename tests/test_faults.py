@@ -13,6 +13,7 @@ and other user code that re-enters the transport, and hostile subclasses.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -21,14 +22,19 @@ import subprocess
 import sys
 import textwrap
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, package_root
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, fingerprint, package_root, python_argv
 from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
+
+try:  # CPython's test hooks: fail the n-th memory allocation from now
+    from _testcapi import remove_mem_hooks, set_nomemory
+except ImportError:  # PyPy, or a distribution without the test modules
+    set_nomemory = remove_mem_hooks = None
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 
@@ -41,11 +47,22 @@ class Boom(Exception):
 class FaultyClock:
     """A clock that can be told to misbehave: raise, NaN, a non-number, go backwards."""
 
+    #: The error each injected fault must cause (the transport validates the clock's value).
+    ERRORS = {"raise": Boom, "nan": ValueError, "text": TypeError, "none": TypeError}
+
     def __init__(self, start: float = 1000.0) -> None:
         self.now = start
         self.mode = "ok"
         self.rng = random.Random(6)
         self.lock = threading.Lock()
+        self.local = threading.local()  # .fault: what this thread's last read injected
+
+    def injected(self) -> Optional[str]:
+        """The fault this thread's clock reads injected since ``forget``, if any."""
+        return getattr(self.local, "fault", None)
+
+    def forget(self) -> None:
+        self.local.fault = None
 
     def __call__(self) -> Any:
         mode = self.mode
@@ -61,13 +78,16 @@ class FaultyClock:
                 self.now += 0.5
                 now = self.now
                 back = self.rng.uniform(0, 50)
-            if roll < 0.05:
+            fault = "raise" if roll < 0.05 else "nan" if roll < 0.10 else "text" if roll < 0.15 else \
+                "none" if roll < 0.20 else None
+            self.local.fault = fault
+            if fault == "raise":
                 raise Boom("clock broke")
-            if roll < 0.10:
+            if fault == "nan":
                 return math.nan
-            if roll < 0.15:
+            if fault == "text":
                 return "noon"
-            if roll < 0.20:
+            if fault == "none":
                 return None
             if roll < 0.35:
                 return now - back  # backwards
@@ -128,7 +148,12 @@ def snapshot(t: Any) -> tuple:
 
 def test_clock_faults_under_concurrency(make_transport: Callable[..., Any]) -> None:
     """Six threads publish, claim, ack, nack, park and extend while the clock raises,
-    returns NaN or non-numbers, and jumps backwards; afterwards nothing is lost."""
+    returns NaN or non-numbers, and jumps backwards; afterwards nothing is lost.
+
+    A call may fail only with the error the fault its own clock read injected
+    must cause (``FaultyClock.ERRORS``), or, for ``ack``/``nack``/``extend``,
+    with ``LeaseLost`` (another worker got the message after the lease ran
+    out); anything else is a transport bug."""
     clock = FaultyClock()
     clock.mode = "random"
     t = make_transport(clock=clock)
@@ -136,7 +161,7 @@ def test_clock_faults_under_concurrency(make_transport: Callable[..., Any]) -> N
     published: Dict[int, Any] = {}
     acked: List[int] = []
     unexpected: List[BaseException] = []
-    expected_errors = (Boom, ValueError, TypeError, LeaseLost)
+    faults_seen: Dict[str, int] = {}
 
     def worker(index: int) -> None:
         rng = random.Random(index)
@@ -144,6 +169,8 @@ def test_clock_faults_under_concurrency(make_transport: Callable[..., Any]) -> N
         try:
             for _ in range(3000):
                 roll = rng.random()
+                clock.forget()
+                lease_op = False
                 try:
                     if roll < 0.3:
                         event = object()
@@ -157,6 +184,7 @@ def test_clock_faults_under_concurrency(make_transport: Callable[..., Any]) -> N
                     elif roll < 0.65:
                         t.stats()
                     elif leases:
+                        lease_op = True
                         lease = leases.pop(rng.randrange(len(leases)))
                         if roll < 0.8:
                             t.ack(lease)
@@ -168,8 +196,15 @@ def test_clock_faults_under_concurrency(make_transport: Callable[..., Any]) -> N
                             t.nack(lease, rng.choice((0.5, 3.0)))
                         else:
                             leases.append(t.extend(lease, 5.0))
-                except expected_errors:
-                    pass
+                except LeaseLost:
+                    if not lease_op or clock.injected() is not None:
+                        raise
+                except (Boom, ValueError, TypeError) as exc:
+                    fault = clock.injected()
+                    if fault is None or type(exc) is not FaultyClock.ERRORS[fault]:
+                        raise
+                    with lock:
+                        faults_seen[fault] = faults_seen.get(fault, 0) + 1
         except BaseException as exc:  # noqa: BLE001 - reported below
             unexpected.append(exc)
 
@@ -180,6 +215,7 @@ def test_clock_faults_under_concurrency(make_transport: Callable[..., Any]) -> N
         th.join(120)
     assert not any(th.is_alive() for th in threads), "deadlock or hang"
     assert not unexpected, unexpected[:3]
+    assert set(faults_seen) == set(FaultyClock.ERRORS), f"not every fault was injected: {faults_seen}"
     assert len(acked) == len(set(acked)), "a message was acked twice"
     assert len(published) > 1000 and acked
     held = {seq: ev for seq, ev in published.items() if seq not in set(acked)}
@@ -357,10 +393,11 @@ def test_event_finaliser_claims_and_acks_from_the_same_transport(transport: Any,
         del lease  # Step.__del__ runs now: claims and acks "third" ("g" comes after "h": never claimed)
 
     run_with_deadline(scenario)
-    assert log[0] in ("second", "third")
-    assert log[2] == 1 and log[1][0] == 1
+    # h was never claimed, so it comes before g; then one message ("second") is
+    # left, free: stats (messages, groups, leased, parked, paused) and len say so
+    assert log == ["third", (1, 1, 0, 0, 0), 1]
     remaining = transport.claim("w", 10)
-    assert remaining.event in ("second", "third") and remaining.event != log[0]
+    assert remaining.event == "second"
     transport.ack(remaining)
     assert len(transport) == 0
 
@@ -440,13 +477,106 @@ def test_finalisers_run_by_the_garbage_collector_during_operations(impl: Any) ->
         print("ok", len(finalised))
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(python_argv(code), capture_output=True, text=True, timeout=300, check=False)
     assert "DEADLOCK" not in out.stdout, (
         "a finaliser run by the garbage collector inside an operation deadlocked on the transport's lock: "
         + out.stdout
     )
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout}\n{out.stderr[-3000:]}"
     assert int(out.stdout.split()[1]) > 100, "hardly any finaliser ran: the test tests nothing"
+
+
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
+def test_finaliser_in_the_middle_of_an_operation_may_only_publish(impl: Any) -> None:
+    """decisions.md, "Re-entrant calls and failures": a finaliser that the garbage
+    collector starts in the middle of an operation may ``publish``; ``claim``,
+    ``ack``, ``nack``, ``extend`` and ``stats`` raise ``RuntimeError`` there (pure
+    twin) rather than see a half-done state, and change nothing.  The Cython
+    transport allocates nothing the collector tracks under its lock, so there no
+    finaliser ever runs mid-operation: every call from one runs outside the lock.
+
+    Collections are made to land at every allocation of a publish (thresholds
+    with a varying amount of pending garbage); each finaliser makes all five
+    calls with arguments that change nothing when they run outside an
+    operation (a floor no group reaches, a stale lease)."""
+    pure = impl.__name__.endswith("_py")
+    now = [1000.0]
+    t = impl.InMemoryTransport(clock=lambda: now[0])
+    t.publish("victim", None)
+    stale = t.claim("w", 10.0)
+    t.ack(stale)  # stale from now on: LeaseLost when a call gets that far
+    outcomes: Dict[str, Dict[str, int]] = {}
+    published: List[int] = []
+
+    calls = {
+        "claim": lambda: t.claim("f", 10.0, 2**62),
+        "ack": lambda: t.ack(stale),
+        "nack": lambda: t.nack(stale),
+        "nack-park": lambda: t.nack(stale, 5.0),
+        "extend": lambda: t.extend(stale, 5.0),
+        "stats": lambda: t.stats(),
+    }
+
+    class Garbage:
+        def __init__(self) -> None:
+            self.me = self  # freed by the cycle collector only
+
+        def __del__(self) -> None:
+            for name, call in calls.items():
+                try:
+                    call()
+                    outcome = "ran"
+                except RuntimeError as exc:
+                    outcome = "refused" if "middle of another operation" in str(exc) else repr(exc)
+                except LeaseLost:
+                    outcome = "ran"
+                except BaseException as exc:  # noqa: BLE001 - recorded, asserted below
+                    outcome = repr(exc)
+                outcomes.setdefault(name, {}).setdefault(outcome, 0)
+                outcomes[name][outcome] += 1
+            published.append(t.publish("from-finaliser", None))
+
+    def scenario() -> None:
+        # A collection starts at the allocation that crosses the threshold; with
+        # ``extra`` allocations pending, threshold - extra picks which allocation
+        # of the publish that is, and a publish allocates under the lock.
+        for threshold in range(1, 13):
+            for extra in range(9):
+                gc.collect()
+                gc.disable()
+                Garbage()
+                junk = [[] for _ in range(extra)]
+                gc.set_threshold(threshold)
+                gc.enable()
+                t.publish("g%d" % (extra % 3), None)
+                lease = t.claim("w", 10.0)
+                if lease is not None:
+                    t.ack(lease)
+                del junk
+
+    old = gc.get_threshold()
+    try:
+        run_with_deadline(scenario, 60.0)  # each round collects in full: seconds on a busy machine
+    finally:
+        gc.set_threshold(*old)
+        gc.enable()
+    gc.collect()
+    assert set(outcomes) == set(calls), "no finaliser ran: the test tests nothing"
+    for name, seen in outcomes.items():
+        assert set(seen) <= {"ran", "refused"}, (name, seen)
+        if pure:
+            assert seen.get("refused"), f"{name}: no finaliser ran mid-operation, the guard is untested: {seen}"
+        else:
+            assert "refused" not in seen, (name, seen)
+    # nothing was half done: every message is there once, the finalisers' too
+    now[0] = 10.0**9
+    held = len(t)
+    assert t.stats().messages == held
+    drained = 0
+    while (lease := t.claim("d", 10.0)) is not None:
+        drained += 1
+        t.ack(lease)
+    assert drained == held and len(t) == 0
 
 
 def test_transport_collected_while_finalisers_publish_to_it(impl: Any) -> None:
@@ -477,7 +607,7 @@ def test_transport_collected_while_finalisers_publish_to_it(impl: Any) -> None:
         print("survived")
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(python_argv(code), capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stderr[-3000:]}"
     assert "survived" in out.stdout
     assert "Fatal Python error" not in out.stderr
@@ -538,13 +668,179 @@ def test_memory_error_leaves_transport_consistent(impl: Any, shape: str) -> None
         print("ok", n)
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
+    out = subprocess.run(python_argv(code), capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     if out.stdout.startswith("crawl"):
         pytest.skip("the interpreter crawled at the memory limit instead of raising MemoryError: " + out.stdout)
     assert out.stdout.startswith("ok"), out.stdout
     n = int(out.stdout.split()[1])
     assert n > 10_000, "ran out of memory before the transport grew: the test tests nothing"
+
+
+def _nomemory_history(t: Any, clock: Any) -> Dict[str, Any]:
+    """Three priority levels; a current lease (b), a parked group (d), a lease that
+    ran out unobserved (e), a never-claimed group (c)."""
+    t.publish("a", "a1", priority=3)
+    t.publish("a", "a2")
+    t.publish("b", "b1")
+    t.publish("c", "c1", priority=-2)
+    t.publish("d", "d1")
+    t.publish("e", "e1", priority=5)
+    t.nack(t.claim("w", 10, min_priority=5), 0)  # e: claimed once, free again
+    t.nack(t.claim("w", 10, min_priority=3), 0)  # a: claimed once, free again
+    current = t.claim("w", 10)  # b (never claimed)
+    t.nack(t.claim("w", 10), 100)  # d (never claimed) parked
+    expiring = t.claim("w", 2, min_priority=5)  # e, the last of its level, runs out below
+    assert [x.group_id for x in (current, expiring)] == ["b", "e"]
+    clock.advance(5)
+    return {"current": current, "expiring": expiring}
+
+
+def _one_level_history(t: Any, clock: Any) -> Dict[str, Any]:
+    """One priority level (the claim fast path), with a lease that ran out unobserved."""
+    for group in "abc":
+        t.publish(group, group)
+    current = t.claim("w", 10)
+    t.claim("w", 2)
+    clock.advance(5)
+    return {"current": current}
+
+
+NOMEMORY_OPS = {
+    "publish-new-group": (_nomemory_history, lambda t, l: t.publish("new", "e")),
+    "publish-new-level": (_nomemory_history, lambda t, l: t.publish("new", "e", priority=7)),
+    "publish-old-group": (_nomemory_history, lambda t, l: t.publish("a", "e")),
+    "claim": (_nomemory_history, lambda t, l: t.claim("w2", 10, min_priority=-5)),
+    "claim-one-level": (_one_level_history, lambda t, l: t.claim("w2", 10)),
+    "ack": (_nomemory_history, lambda t, l: t.ack(l["current"])),
+    "ack-last-of-level": (_nomemory_history, lambda t, l: t.ack(l["expiring"])),
+    "nack": (_nomemory_history, lambda t, l: t.nack(l["current"])),
+    "nack-park": (_nomemory_history, lambda t, l: t.nack(l["current"], 5)),
+    "extend": (_nomemory_history, lambda t, l: t.extend(l["current"], 5)),
+    "stats": (_nomemory_history, lambda t, l: t.stats()),
+}
+
+#: Operations of the pure twin that break the rule today: the allocation that fails
+#: can come after the operation changed the transport (the lock's exit, ``_forget``
+#: in an ack).  For these the test asserts less: after a MemoryError the transport
+#: is as before *or as after* the operation, whole either way.  Reported with issue
+#: 14's closing note; remove an entry when it is fixed.
+PURE_TWIN_LATE_ALLOCATION = {"publish-new-group", "publish-new-level", "publish-old-group",
+                             "ack", "ack-last-of-level", "nack", "nack-park"}
+#: Worse, in a claim: a failed allocation in ``_take_top``/``_repair`` (several
+#: priority levels) leaves the level tree half repaired, and later calls fail; one
+#: in ``_expire`` or after ``_lock_group`` (one level) leaves the lease counts wrong.
+#: Not strict: where a failure lands depends on the interpreter's allocations.
+PURE_TWIN_CORRUPTS = {"claim", "claim-one-level"}
+
+
+@contextlib.contextmanager
+def _no_tracer() -> Iterator[None]:
+    """``set_nomemory`` counts every allocation, a tracer's too: coverage, measuring
+    this run, allocates as lines run, and a failure there is its own (and ends its
+    tracing).  So the armed call runs unmeasured."""
+    cov = None
+    try:
+        import coverage
+
+        cov = coverage.Coverage.current()
+    except ImportError:
+        pass
+    tracer = sys.gettrace()
+    if cov is not None:
+        cov.stop()
+    elif tracer is not None:
+        sys.settrace(None)
+    try:
+        yield
+    finally:
+        if cov is not None:
+            cov.start()
+        elif tracer is not None:
+            sys.settrace(tracer)
+
+
+class _PlainClock:
+    """A manual clock with no lock: a failed allocation inside ``ManualClock``'s
+    ``with lock`` can leave that lock held (Python's hazard, not the transport's)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _Bounded:
+    """A transport whose ``claim`` gives up after ``limit`` calls: a corrupted one
+    may hand out leases forever, and ``fingerprint`` claims until ``None``."""
+
+    def __init__(self, transport: Any, limit: int = 1000) -> None:
+        self.transport, self.left = transport, limit
+
+    def __len__(self) -> int:
+        return len(self.transport)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+    def claim(self, *args: Any) -> Any:
+        self.left -= 1
+        assert self.left >= 0, "claim keeps returning leases: the transport is corrupted"
+        return self.transport.claim(*args)
+
+
+@pytest.mark.skipif(set_nomemory is None, reason="needs CPython's _testcapi.set_nomemory")
+@pytest.mark.parametrize("op", list(NOMEMORY_OPS))
+def test_failed_allocation_anywhere_changes_nothing(
+    make_transport: Callable[..., Any], impl: Any, op: str, request: pytest.FixtureRequest
+) -> None:
+    """decisions.md, "MemoryError": each operation allocates before it changes
+    anything, so a failed allocation leaves the transport as it was (a failed
+    publish gives its seq back).  ``set_nomemory(n, n + 1)`` fails exactly the
+    n-th allocation from the call on, for n = 0, 1, 2, ... until the operation
+    completes: after each MemoryError the transport must be indistinguishable
+    (the next seq, then ``referee.fingerprint``) from an untouched twin, and
+    the run that completes must match a twin that made the same call."""
+    pure = impl.__name__.endswith("_py")
+    if pure and op in PURE_TWIN_CORRUPTS:
+        request.applymarker(pytest.mark.xfail(
+            reason="pure twin: a MemoryError inside claim leaves it inconsistent (issue 14 report)", strict=False))
+    late_allocation_allowed = pure and op in PURE_TWIN_LATE_ALLOCATION
+    history, call = NOMEMORY_OPS[op]
+    completed_in_a_row = 0
+    for n in range(1000):
+        clocks = (_PlainClock(), _PlainClock(), _PlainClock())
+        subject, untouched, done = (make_transport(clock=c) for c in clocks)
+        leases = history(subject, clocks[0])
+        history(untouched, clocks[1])
+        call(done, history(done, clocks[2]))
+        gc.collect()
+        try:
+            with _no_tracer():
+                set_nomemory(n, n + 1)
+                try:
+                    call(subject, leases)
+                finally:
+                    remove_mem_hooks()
+        except MemoryError:
+            completed_in_a_row = 0
+            twins = (untouched, done) if late_allocation_allowed else (untouched,)
+        else:
+            completed_in_a_row += 1
+            twins = (done,)
+        seq = subject.publish("probe", None)
+        assert seq in [twin.publish("probe", None) for twin in twins], f"allocation {n}: the next seq differs"
+        observed = fingerprint(_Bounded(subject), clocks[0])
+        assert observed in [fingerprint(twin, clocks[1 + (twin is done)]) for twin in twins], (
+            f"allocation {n} left the transport changed")
+        if completed_in_a_row == 3:  # past the operation's last allocation (one it absorbs is no end)
+            break
+    else:
+        raise AssertionError("the operation never completed")
 
 
 # -- hostile input ------------------------------------------------------------------
@@ -620,8 +916,9 @@ def test_object_pretending_to_be_a_lease_runs_no_code_under_the_lock(
     make_transport: Callable[..., Any], impl: Any
 ) -> None:
     """An impostor whose ``__class__`` says Lease, and whose attributes are computed by
-    user code that calls back into the transport.  It is not a lease the transport
-    issued: ``TypeError`` or ``LeaseLost``, nothing changed, and no deadlock."""
+    user code that calls back into the transport.  It is not a ``Lease`` (decisions.md:
+    ``type(lease) is Lease``, which no ``__class__`` property fools): ``TypeError``,
+    before any of its attributes is read, nothing changed, and no deadlock."""
     holder: List[Any] = []
     reentered: List[str] = []
     clock = ManualClock()
@@ -643,12 +940,12 @@ def test_object_pretending_to_be_a_lease_runs_no_code_under_the_lock(
 
     before = snapshot(t)
     for call in (lambda: t.ack(Impostor()), lambda: t.nack(Impostor()), lambda: t.extend(Impostor(), 10)):
-        with pytest.raises((TypeError, LeaseLost)):
+        with pytest.raises(TypeError):
             run_with_deadline(call)
-    # the real lease is untouched and still current; re-entrant publishes (if any) are held
-    assert len(t) == before[0] + len(reentered)
-    t.ack(real)
-    assert _drain_all(t, clock) == len(reentered)
+    assert reentered == [], "the transport read an attribute of an object that is not a Lease"
+    assert snapshot(t) == before
+    t.ack(real)  # untouched and still current
+    assert len(t) == 0
 
 
 @pytest.mark.parametrize(
@@ -710,12 +1007,12 @@ def test_lease_outliving_its_transport_is_refused_by_a_successor(make_transport:
     clock = ManualClock()
     same_address = 0
     for _ in range(50):
+        gc.collect()  # no garbage of the previous round is freed in between below
         t1 = make_transport(clock=clock)
         t1.publish("g", None)
         old = t1.claim("w", 30)
         address = id(t1)
-        del t1
-        gc.collect()
+        del t1  # freed now (what it holds may wait for the collector)
         t2 = make_transport(clock=clock)
         same_address += id(t2) == address
         t2.publish("g", None)
@@ -727,4 +1024,7 @@ def test_lease_outliving_its_transport_is_refused_by_a_successor(make_transport:
                 op(old)
         assert snapshot(t2) == before
         t2.ack(mine)
-    print(f"successor at the dead transport's address {same_address}/50 times")
+    # the case the test is about: the successor really took the dead one's place
+    # (CPython reuses the freed memory; PyPy's ids never repeat)
+    if IS_CPYTHON:
+        assert same_address > 0, "no successor was allocated at the dead transport's address: ABA not tested"
