@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import sys
-from typing import Any, List
+from typing import Any, Callable, List
 
 from leasequeue._validation import INT64_MAX, INT64_MIN
 
@@ -92,3 +93,43 @@ def python_argv(code: str) -> List[str]:
     """``[sys.executable, "-c", ...]`` running ``code`` in a child interpreter,
     measured by coverage when the test run is."""
     return [sys.executable, "-c", _CHILD_COVERAGE + code]
+
+
+class ManyInstances:
+    """Several instances of a durable transport on one store (a SQLite file,
+    a PostgreSQL queue), used as one transport: each call goes to one of them
+    (chosen by a seeded generator), and now and then one is closed and a new
+    one opened in its place.  A lease issued by one instance is acked, nacked
+    or extended through another; nothing may live only in the instance that
+    wrote it.  ``open_one()`` opens a new instance on the shared store."""
+
+    def __init__(self, open_one: Callable[[], Any], seed: int, instances: int = 2, reopen: float = 0.01) -> None:
+        self._open_one = open_one
+        self._rng = random.Random(seed)
+        self._reopen = reopen
+        self._open = [open_one() for _ in range(instances)]
+        self._closed = False
+
+    def _pick(self) -> Any:
+        if not self._closed and self._rng.random() < self._reopen:
+            i = self._rng.randrange(len(self._open))
+            self._open[i].close()
+            self._open[i] = self._open_one()
+        return self._rng.choice(self._open)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._pick(), name)
+
+    def __len__(self) -> int:
+        return len(self._pick())
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        for transport in self._open:
+            transport.close()

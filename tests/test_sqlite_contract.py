@@ -15,13 +15,14 @@ a lease issued by one instance is used on another.
 from __future__ import annotations
 
 import os
-import random
 from typing import Any, Callable
 
 import pytest
 
 from leasequeue import SQLiteTransport
 from leasequeue.testing import ManualClock, TransportContract, check_differential
+
+from helpers import ManyInstances
 
 SEEDS = int(os.environ.get("LEASEQUEUE_SQLITE_DIFF_SEEDS", "12"))
 OPS = int(os.environ.get("LEASEQUEUE_SQLITE_DIFF_OPS", "1500"))
@@ -62,46 +63,6 @@ def test_differential_against_the_reference(tmp_path: Any, seed: int) -> None:
             transport.close()
 
 
-class OneFileManyInstances:
-    """Several ``SQLiteTransport`` instances on one file, used as one
-    transport: each call goes to one of them (chosen by a seeded generator),
-    and now and then one is closed and a new one opened in its place.  A
-    lease issued by one instance is acked, nacked or extended through
-    another; nothing may live only in the instance that wrote it."""
-
-    def __init__(self, path: Any, clock: ManualClock, seed: int, instances: int = 2, reopen: float = 0.01) -> None:
-        self._path = path
-        self._clock = clock
-        self._rng = random.Random(seed)
-        self._reopen = reopen
-        self._open = [SQLiteTransport(path, clock=clock) for _ in range(instances)]
-        self._closed = False
-
-    def _pick(self) -> SQLiteTransport:
-        if not self._closed and self._rng.random() < self._reopen:
-            i = self._rng.randrange(len(self._open))
-            self._open[i].close()
-            self._open[i] = SQLiteTransport(self._path, clock=self._clock)
-        return self._rng.choice(self._open)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._pick(), name)
-
-    def __len__(self) -> int:
-        return len(self._pick())
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self) -> None:
-        self._closed = True
-        for transport in self._open:
-            transport.close()
-
-
 @pytest.mark.parametrize("seed", range(max(2, SEEDS // 3)))
 def test_instances_on_one_file_are_one_transport(tmp_path: Any, seed: int) -> None:
     """The differential through two instances on one file, reopened at random:
@@ -109,8 +70,9 @@ def test_instances_on_one_file_are_one_transport(tmp_path: Any, seed: int) -> No
     whole state is in the file."""
     made = []
 
-    def make(clock: ManualClock) -> OneFileManyInstances:
-        transport = OneFileManyInstances(tmp_path / f"shared-{len(made)}.db", clock, seed=len(made))
+    def make(clock: ManualClock) -> ManyInstances:
+        path = tmp_path / f"shared-{len(made)}.db"
+        transport = ManyInstances(lambda: SQLiteTransport(path, clock=clock), seed=len(made))
         made.append(transport)
         return transport
 

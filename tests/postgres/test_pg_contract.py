@@ -18,14 +18,15 @@ operations (1200) each (half as many seeds through two instances).
 from __future__ import annotations
 
 import os
-import random
 import uuid
-from typing import Any, Callable, List
+from typing import Callable, List
 
 import pytest
 
 from leasequeue import PostgresTransport
 from leasequeue.testing import ManualClock, TransportContract, check_differential
+
+from helpers import ManyInstances
 
 SEEDS = int(os.environ.get("LEASEQUEUE_PG_DIFF_SEEDS", "6"))
 OPS = int(os.environ.get("LEASEQUEUE_PG_DIFF_OPS", "1200"))
@@ -68,60 +69,16 @@ def test_differential_against_the_reference(conninfo: str, seed: int) -> None:
             transport.close()
 
 
-class OneQueueManyInstances:
-    """Several ``PostgresTransport`` instances on one queue, used as one
-    transport: each call goes to one of them (chosen by a seeded generator),
-    and now and then one is closed and a new one opened in its place.  A
-    lease issued by one instance is acked, nacked or extended through
-    another; nothing may live only in the instance that wrote it."""
-
-    def __init__(self, conninfo: str, clock: ManualClock, seed: int, instances: int = 2,
-                 reopen: float = 0.01) -> None:
-        self._conninfo = conninfo
-        self._queue = fresh_queue()
-        self._clock = clock
-        self._rng = random.Random(seed)
-        self._reopen = reopen
-        self._open = [self._new() for _ in range(instances)]
-        self._closed = False
-
-    def _new(self) -> PostgresTransport:
-        return PostgresTransport(self._conninfo, queue=self._queue, clock=self._clock)
-
-    def _pick(self) -> PostgresTransport:
-        if not self._closed and self._rng.random() < self._reopen:
-            i = self._rng.randrange(len(self._open))
-            self._open[i].close()
-            self._open[i] = self._new()
-        return self._rng.choice(self._open)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._pick(), name)
-
-    def __len__(self) -> int:
-        return len(self._pick())
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self) -> None:
-        self._closed = True
-        for transport in self._open:
-            transport.close()
-
-
 @pytest.mark.parametrize("seed", range(max(2, SEEDS // 2)))
 def test_instances_on_one_queue_are_one_transport(conninfo: str, seed: int) -> None:
     """The differential through two instances on one queue, reopened at
     random: a lease is current on any instance of the queue, and the whole
     state is in the database."""
-    made: List[OneQueueManyInstances] = []
+    made: List[ManyInstances] = []
 
-    def make(clock: ManualClock) -> OneQueueManyInstances:
-        transport = OneQueueManyInstances(conninfo, clock, seed=len(made))
+    def make(clock: ManualClock) -> ManyInstances:
+        queue = fresh_queue()
+        transport = ManyInstances(lambda: PostgresTransport(conninfo, queue=queue, clock=clock), seed=len(made))
         made.append(transport)
         return transport
 
