@@ -10,8 +10,9 @@ PostgreSQL tests and the build tests run with the tracer paused
 Tracing everything had made the whole suite about three times slower
 (421 s without it, and 736 s of CPU half way through with it, when this was
 first measured), which is why it was opt-in until then; tracing only the
-pure variants costs about 2.7x on those tests alone (CPU time of
-test_differential.py and test_edges.py's pure variants: 3.0 s -> 8.0 s).
+pure variants costs about 2.7x on those tests alone (CPU time of the
+pure variants of test_differential.py, test_edges.py and
+test_control_plane.py: 3.0 s -> 8.0 s).
 Configuration, the floor (``fail_under``) included, is
 ``[tool.coverage.*]`` in ``pyproject.toml``.
 
