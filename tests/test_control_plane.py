@@ -735,3 +735,67 @@ def test_group_and_groups_expire_the_earliest_lease_among_several(transport: Any
     clock.advance(6)
     assert {i.group_id: i.state for i in t.groups()} == {"long": "leased", "short": "ready"}
     assert t.stats().leased == 1
+
+
+# The operations that read the clock: each applies expiry at the transport's
+# time, which never goes back (mutation testing: the "now" of group, groups and
+# claim_many was not pinned down when the clock goes back).
+CLOCK_READERS = {
+    "group": lambda t: [t.group("g").state],
+    "groups": lambda t: [i.state for i in t.groups() if i.group_id == "g"],
+    "claim_many": lambda t: ["ready" if t.claim_many("w", 10, 0) == [] else "?"],  # max_count 0: claims nothing
+}
+
+
+@pytest.mark.parametrize("op", list(CLOCK_READERS))
+def test_clock_readers_move_the_transport_time_forward_for_good(transport: Any, clock: ManualClock, op: str) -> None:
+    """After ``op`` read a later clock, an earlier reading does not take the
+    transport's time back: the next claim's lease runs from the later time."""
+    t = transport
+    t.publish("g", "a")
+    clock.set(2000)
+    assert CLOCK_READERS[op](t) == ["ready"]
+    clock.set(1500)
+    lease = t.claim("w", 10)
+    assert lease is not None and lease.expires_at == 2010.0
+
+
+@pytest.mark.parametrize("op", list(CLOCK_READERS))
+def test_clock_readers_expire_at_the_transport_time_when_the_clock_is_behind(
+    transport: Any, clock: ManualClock, op: str
+) -> None:
+    """``extend`` moves the transport's time to its clock reading without
+    expiring anything; when the clock then reads earlier, ``op`` still
+    expires what ran out before that time."""
+    t = transport
+    t.publish("g", "a")
+    t.publish("h", "b")
+    assert t.claim("w", 10).group_id == "g"  # until 1010
+    h = t.claim("w", 100)
+    clock.set(1020)
+    t.extend(h, 50)  # the transport's time is 1020; g's lease has run out, unseen
+    clock.set(1005)
+    assert CLOCK_READERS[op](t) == ["ready"]
+    assert t.stats().leased == 1
+    lease = t.claim("w", 10)
+    assert (lease.group_id, lease.attempt, lease.expires_at) == ("g", 2, 1030.0)
+
+
+@pytest.mark.parametrize("op", list(CLOCK_READERS))
+def test_clock_readers_near_time_zero(transport_cls: Any, op: str) -> None:
+    """A clock that starts at 0: expiry times below the expiry heap's entry
+    counters (mutation testing: comparing the counter instead of the time went
+    unseen with clocks in the thousands)."""
+    clock = ManualClock(0.0)
+    t = transport_cls(clock=clock)
+    t.publish("g", "a")
+    t.publish("h", "b")
+    assert t.claim("w", 0.5).group_id == "g"  # until 0.5, expiry entry counter 1
+    assert t.claim("w", 0.25).group_id == "h"  # until 0.25, counter 2
+    clock.set(0.75)
+    if op == "claim_many":  # both leases have run out: both messages come again
+        got = t.claim_many("w", 10, 5)
+        assert sorted((lease.group_id, lease.attempt) for lease in got) == [("g", 2), ("h", 2)]
+    else:
+        assert CLOCK_READERS[op](t) == ["ready"]
+        assert t.stats().leased == 0

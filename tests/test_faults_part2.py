@@ -22,11 +22,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, package_root
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, fingerprint, package_root
+from leasequeue.testing import ManualClock
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -432,3 +433,125 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
         drained.add(lease.seq)
         t.ack(lease)
     assert len(drained) == held and len(t) == 0
+
+
+def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None:
+    """The same rule, with user code that lands inside every operation for sure:
+    a profiler or debugger hook (``sys.setprofile``).  The pure twin's
+    operations call helper functions under their lock (each ends with
+    ``_settle``, while the operation still marks the transport busy); a hook
+    on that call that calls back into the transport gets ``RuntimeError`` from
+    every call but ``publish``, and changes nothing: the transport ends exactly
+    like a twin that ran the same operations without a hook, publishing what
+    the hook published right after each operation.  (A finaliser, above, lands
+    inside an operation only when the collector happens to run there.)  The
+    Cython transport runs no Python function under its lock: the hook never
+    gets inside."""
+    pure = impl.__name__.endswith("_py")
+    clocks = [ManualClock(), ManualClock()]
+    a, b = impl.InMemoryTransport(clock=clocks[0]), impl.InMemoryTransport(clock=clocks[1])
+    names = {g: (object(), object()) for g in ["held1", "held2", "held3", "held4", "free", "purged", "prio", "lifted"]}
+
+    def history(t: Any) -> Dict[str, Any]:
+        t.publish("victim", None)
+        stale = t.claim("w", 10.0)
+        t.ack(stale)
+        t.pause("paused-already")
+        for g, events in names.items():
+            for event in events:
+                t.publish(g, event)
+        t.pause("lifted")
+        held = t.claim_many("w", 10.0, 4)
+        assert [lease.group_id for lease in held] == ["held1", "held2", "held3", "held4"]
+        return {"stale": stale, "held": held}
+
+    def operations(t: Any, state: Dict[str, Any]) -> Dict[str, Callable[[], Any]]:
+        held = state["held"]
+        return {
+            "claim": lambda: t.claim("w", 10.0),
+            "ack": lambda: t.ack(held[0]),
+            "nack": lambda: t.nack(held[1], 5.0),
+            "extend": lambda: t.extend(held[2], 20.0),
+            "stats": t.stats,
+            "pause": lambda: t.pause("new-paused"),
+            "resume": lambda: t.resume("lifted"),
+            "purge": lambda: t.purge("purged"),
+            "set_priority": lambda: t.set_priority("prio", 4),
+            "group": lambda: t.group("free"),
+            "groups": t.groups,
+            "publish_many": lambda: t.publish_many([("pm", 1), ("prio", 2)]),
+            "claim_many": lambda: t.claim_many("w", 10.0, 2),
+            "ack_many": lambda: t.ack_many([held[3], held[0]]),
+        }
+
+    state_a, state_b = history(a), history(b)
+    stale = state_a["stale"]
+    # Calls that change nothing when they do run (a group already paused, groups
+    # that do not exist, a floor no group reaches, a stale lease), so a guard
+    # that let one through is seen by its outcome, not by a changed transport.
+    probes: Dict[str, Callable[[], Any]] = {
+        "claim": lambda: a.claim("f", 10.0, 2**62),
+        "ack": lambda: a.ack(stale),
+        "nack": lambda: a.nack(stale),
+        "extend": lambda: a.extend(stale, 1.0),
+        "stats": a.stats,
+        "pause": lambda: a.pause("paused-already"),
+        "resume": lambda: a.resume("absent"),
+        "purge": lambda: a.purge("absent"),
+        "set_priority": lambda: a.set_priority("absent", 3),
+        "group": lambda: a.group("absent"),
+        "groups": a.groups,
+        "publish_many": lambda: a.publish_many([]),
+        "claim_many": lambda: a.claim_many("f", 10.0, 3, 2**62),
+        "ack_many": lambda: a.ack_many([stale]),
+    }
+    running = [""]
+    seen: Dict[Tuple[str, str], str] = {}
+    nested: List[Tuple[str, int]] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (event != "call" or not running[0] or frame.f_code.co_name != "_settle"
+                or frame.f_globals.get("__name__") != impl.__name__):
+            return
+        for name, call in probes.items():
+            try:
+                call()
+                outcome = "ran"
+            except RuntimeError as exc:
+                outcome = "refused" if "middle of another operation" in str(exc) else repr(exc)
+            except BaseException as exc:  # noqa: BLE001 - recorded, asserted below
+                outcome = repr(exc)
+            seen[running[0], name] = outcome
+        nested.append((running[0], a.publish("nested", running[0])))  # allowed: added as the operation ends
+        running[0] = ""  # once per operation
+
+    results = {}
+    for name, call in operations(a, state_a).items():
+        running[0] = name
+        sys.setprofile(hook)
+        try:
+            results[name] = call()
+        finally:
+            sys.setprofile(None)
+        running[0] = ""
+    published = dict(nested)
+    for name, call in operations(b, state_b).items():
+        got = call()
+        if name in published:
+            assert b.publish("nested", name) == published[name]
+        if name not in ("claim", "claim_many"):  # leases: compared through the state below
+            assert got == results[name], name
+    if pure:
+        ops = set(operations(a, state_a))
+        assert {op for op, _ in seen} == ops, "the hook did not get inside every operation"
+        assert seen == {(op, probe): "refused" for op in ops for probe in probes}, {
+            key: got for key, got in seen.items() if got != "refused"}
+        assert set(published) == ops
+    else:
+        assert not seen and not nested
+    assert a.groups() == b.groups()
+    for t in (a, b):
+        for info in t.groups():
+            if info.paused:
+                t.resume(info.group_id)
+    assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1])
