@@ -479,6 +479,29 @@ def test_ack_many_drops_the_events_after_the_lock(transport: Any, clock: ManualC
     assert len(t) == 3
 
 
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
+def test_ack_many_releases_each_acked_event_while_its_group_goes_on(transport: Any) -> None:
+    """An acked message's event is released at once, not when its group
+    empties (mutation testing: keeping the acked slot of a long group's list
+    went unseen, since every leak test drained its groups first)."""
+    import weakref
+
+    class Event:
+        pass
+
+    t = transport
+    events = [Event() for _ in range(5)]
+    refs = [weakref.ref(e) for e in events]
+    t.publish_many([("g", e) for e in events])
+    del events
+    for i in range(4):
+        lease = t.claim("w", 10)
+        assert t.ack_many([lease]) == []
+        del lease
+        assert [r() is None for r in refs] == [True] * (i + 1) + [False] * (4 - i)
+    assert len(t) == 1
+
+
 # -- everything together ------------------------------------------------------------------
 
 

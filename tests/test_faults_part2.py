@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, fingerprint, package_root
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, fingerprint, lease_key, package_root
 from leasequeue.testing import ManualClock
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
@@ -555,3 +555,126 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
             if info.paused:
                 t.resume(info.group_id)
     assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1])
+
+
+#: A batch that appends to a group, refills an empty paused group, creates
+#: groups (one at a new priority level) and appends to a group it created.
+INTERRUPTED_BATCH = [("old", "e1"), ("empty-paused", "e2", 5), ("new", "e3", 7), ("old", "e4", 9),
+                     ("new", "e5"), ("new2", "e6", 2)]
+
+
+@pytest.mark.parametrize("nested_publish", [False, True])
+def test_publish_many_failing_at_any_item_is_taken_back_whole(impl: Any, nested_publish: bool) -> None:
+    """``publish_many`` is all or nothing: when adding its k-th item fails
+    (here a profiler hook raises ``MemoryError`` at the pure twin's call that
+    adds the item, as that item's first allocation failing would), the items
+    added before it are taken back, newest first, and the transport is as it
+    was, with its seqs free again.  Unless something was published meanwhile
+    (from the hook: user code inside the operation), whose seq came after the
+    batch's: then the batch's seqs stay used.  The Cython transport reserves
+    everything first and runs no Python function under its lock: the hook
+    never fires and each batch goes through."""
+    pure = impl.__name__.endswith("_py")
+    events = {item[1]: object() for item in INTERRUPTED_BATCH}
+    items = [(item[0], events[item[1]], *item[2:]) for item in INTERRUPTED_BATCH]
+
+    def history(t: Any) -> None:
+        t.publish("old", "o1")
+        t.publish("old", "o2")
+        t.pause("empty-paused")
+        t.publish("other", "x", 1)
+        t.claim("w", 10.0, 1)
+
+    for k in range(len(items) + 1):
+        clocks = (ManualClock(), ManualClock())
+        a, b = impl.InMemoryTransport(clock=clocks[0]), impl.InMemoryTransport(clock=clocks[1])
+        history(a)
+        history(b)
+        adds = [0]
+        nested: List[int] = []
+
+        def hook(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code.co_name == "_add" and frame.f_globals.get("__name__") == impl.__name__:
+                if adds[0] == k:
+                    if nested_publish:
+                        nested.append(a.publish("nested", None))
+                    raise MemoryError("the item's first allocation")
+                adds[0] += 1
+
+        sys.setprofile(hook)
+        try:
+            got = a.publish_many(items)
+        except MemoryError:
+            got = None
+        finally:
+            sys.setprofile(None)
+        if got is not None:
+            assert got == b.publish_many(items), k
+            assert not nested and (k == len(items) or not pure), "the batch was not interrupted"
+        else:
+            assert pure and k < len(items)
+            first = b.publish("probe", None)
+            if nested_publish:  # the batch's seqs stay used; the nested publish got the next one
+                assert nested == [first + len(items)]
+                assert a.publish("probe", None) == first + len(items) + 1
+                assert a.group("nested") is not None
+                assert a.purge("nested") == 1
+                assert a.purge("probe") == b.purge("probe") == 1  # their seqs differ
+            else:
+                assert a.publish("probe", None) == first
+        assert a.groups() == b.groups(), k
+        assert a.stats() == b.stats(), k
+        for t in (a, b):
+            t.resume("empty-paused")
+        if not (nested_publish and got is None):  # else the seqs differ
+            assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1]), k
+
+
+def test_claim_many_failing_at_a_claim_ends_the_batch_there(impl: Any) -> None:
+    """``claim_many`` when its k-th claim fails (a profiler hook raises
+    ``MemoryError`` at the pure twin's call that makes the claim, as the
+    claim's first allocation failing would): the first claim failing raises
+    and changes nothing; a later one ends the batch with the k claims made,
+    exactly ``claim_many(..., k)``.  The Cython transport reserves everything
+    first and runs no Python function under its lock: the hook never fires."""
+    pure = impl.__name__.endswith("_py")
+    events = [object() for _ in range(6)]
+
+    def history(t: Any) -> None:
+        for i, event in enumerate(events):
+            t.publish("g%d" % (i % 4), event, i % 2)
+
+    for k in range(5):
+        clocks = (ManualClock(), ManualClock())
+        a, b = impl.InMemoryTransport(clock=clocks[0]), impl.InMemoryTransport(clock=clocks[1])
+        history(a)
+        history(b)
+        claims = [0]
+
+        def hook(frame: Any, event: str, arg: Any) -> None:
+            if (event == "call" and frame.f_code.co_name == "_claim_next"
+                    and frame.f_globals.get("__name__") == impl.__name__):
+                if claims[0] == k:
+                    raise MemoryError("the claim's first allocation")
+                claims[0] += 1
+
+        sys.setprofile(hook)
+        try:
+            got: Any = a.claim_many("w", 10.0, 4)
+        except MemoryError:
+            got = None
+        finally:
+            sys.setprofile(None)
+        if not pure:
+            assert got is not None and len(got) == 4
+            k = 4
+        elif k == 4:  # the batch ended (max_count) before a 5th claim
+            assert got is not None and len(got) == 4
+        elif k == 0:
+            assert got is None, "the first claim failed: claim_many must raise"
+        else:
+            assert got is not None, "a later claim failed: the batch ends with the claims made"
+        expected = b.claim_many("w", 10.0, k)
+        assert [lease_key(lease) for lease in got or []] == [lease_key(lease) for lease in expected], k
+        assert a.stats() == b.stats() and a.groups() == b.groups(), k
+        assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1]), k
