@@ -308,6 +308,14 @@ def test_claim_many_respects_floor_and_pause(transport: Any) -> None:
     assert [lease.event for lease in t.claim_many("w", 10, 10, 3)] == [2, 4]
 
 
+def test_claim_many_default_floor_is_zero_as_claims(transport: Any) -> None:
+    t = transport
+    t.publish_many([("below", 1, -1), ("at", 2, 0), ("above", 3, 1)])
+    assert sorted(lease.event for lease in t.claim_many("w", 10, 5)) == [2, 3]
+    assert t.claim("w", 10) is None
+    assert [lease.event for lease in t.claim_many("w", 10, 5, -1)] == [1]
+
+
 @pytest.mark.parametrize(
     "args, error",
     [
@@ -321,6 +329,7 @@ def test_claim_many_respects_floor_and_pause(transport: Any) -> None:
         (("w", -1, 1), ValueError),
         (("w", math.nan, 1), ValueError),
         (("w", 10, 1, 2**63), OverflowError),
+        (("w", 10, 1, -2**63 - 1), OverflowError),
         (("w", 10, 1, 1.0), TypeError),
         (("w", -1, -1, "x"), ValueError),  # signature order: visibility first
         (("w", 10, -1, "x"), ValueError),  # then max_count
@@ -398,6 +407,10 @@ def test_ack_many_reads_no_clock_and_never_raises_lease_lost(transport: Any, clo
     before = clock.reads
     assert t.ack_many([lease, lease]) == [lease, lease]
     assert clock.reads == before
+    current = t.claim("w", 10)  # "a" again: 2
+    before = clock.reads
+    assert t.ack_many([current, lease]) == [lease]  # acks one; no claim waits: no clock either
+    assert clock.reads == before and len(t) == 0
 
 
 def test_ack_many_keeps_an_emptied_paused_group(transport: Any) -> None:

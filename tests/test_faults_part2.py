@@ -18,6 +18,7 @@ The events' last references being dropped after the lock (``purge``,
 
 from __future__ import annotations
 
+import heapq
 import os
 import subprocess
 import sys
@@ -559,8 +560,8 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
 
 #: A batch that appends to a group, refills an empty paused group, creates
 #: groups (one at a new priority level) and appends to a group it created.
-INTERRUPTED_BATCH = [("old", "e1"), ("empty-paused", "e2", 5), ("new", "e3", 7), ("old", "e4", 9),
-                     ("new", "e5"), ("new2", "e6", 2)]
+INTERRUPTED_BATCH = [("old", "e1"), ("empty-paused", "e2", 5), ("claimed-paused", "e3"), ("new", "e4", 7),
+                     ("old", "e5", 9), ("new", "e6"), ("new2", "e7", 2)]
 
 
 @pytest.mark.parametrize("nested_publish", [False, True])
@@ -584,6 +585,10 @@ def test_publish_many_failing_at_any_item_is_taken_back_whole(impl: Any, nested_
         t.pause("empty-paused")
         t.publish("other", "x", 1)
         t.claim("w", 10.0, 1)
+        t.publish("claimed-paused", "c", 3)  # claimed once, then emptied while paused: it keeps its place
+        lease = t.claim("w", 10.0, 3)
+        t.pause("claimed-paused")
+        t.ack(lease)
 
     for k in range(len(items) + 1):
         clocks = (ManualClock(), ManualClock())
@@ -626,6 +631,11 @@ def test_publish_many_failing_at_any_item_is_taken_back_whole(impl: Any, nested_
         assert a.stats() == b.stats(), k
         for t in (a, b):
             t.resume("empty-paused")
+            # a message for the claimed group, then a new group: the claimed one
+            # still comes after every never-claimed group
+            t.publish("claimed-paused", "r")
+            t.publish("late", "l")
+            t.resume("claimed-paused")
         if not (nested_publish and got is None):  # else the seqs differ
             assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1]), k
 
@@ -678,3 +688,63 @@ def test_claim_many_failing_at_a_claim_ends_the_batch_there(impl: Any) -> None:
         assert [lease_key(lease) for lease in got or []] == [lease_key(lease) for lease in expected], k
         assert a.stats() == b.stats() and a.groups() == b.groups(), k
         assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1]), k
+
+
+#: (history, the call, where it fails: a Python function's call or a C
+#: function's call made from a given function of the pure twin)
+FAILING_ALLOCATIONS = {
+    # pause creating a group at a level made for it
+    "pause-new-level": (lambda t: t.publish("g", "x", 5), lambda t: t.pause("new"), ("call", "_paused_group")),
+    # pause creating a group at an existing level
+    "pause-old-level": (lambda t: t.publish("g", "x"), lambda t: t.pause("new"), ("call", "_paused_group")),
+    # set_priority moving a ready group (its heap entry: heappush in _set_level)
+    # to a level made for it, or to one that exists
+    "set_priority-new-level": (lambda t: (t.publish("g", "x"), t.publish("h", "y")),
+                               lambda t: t.set_priority("g", 9), ("c_call", "_set_level")),
+    "set_priority-old-level": (lambda t: (t.publish("g", "x"), t.publish("h", "y", 9)),
+                               lambda t: t.set_priority("g", 9), ("c_call", "_set_level")),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILING_ALLOCATIONS))
+def test_pause_and_set_priority_failing_to_allocate_change_nothing(impl: Any, case: str) -> None:
+    """``pause`` of an unknown group and ``set_priority`` of a ready group
+    allocate one thing under the lock (the group; the entry in the new
+    level's heap), after maybe creating a priority level for it: when that
+    allocation fails (a profiler hook raises ``MemoryError`` at the pure
+    twin's call), the level made for it goes too and the transport is as it
+    was: a later group at that priority is claimable like any other.  The
+    Cython transport runs no Python function under its lock: the hook never
+    fires and the call goes through."""
+    pure = impl.__name__.endswith("_py")
+    history, call, (kind, where) = FAILING_ALLOCATIONS[case]
+    clocks = (ManualClock(), ManualClock())
+    a, b = impl.InMemoryTransport(clock=clocks[0]), impl.InMemoryTransport(clock=clocks[1])
+    history(a)
+    history(b)
+    fired = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if fired or event != kind or frame.f_globals.get("__name__") != impl.__name__:
+            return
+        if frame.f_code.co_name == where and (kind == "call" or arg is heapq.heappush):
+            fired.append(event)
+            raise MemoryError("the allocation")
+
+    sys.setprofile(hook)
+    try:
+        call(a)
+        failed = False
+    except MemoryError:
+        failed = True
+    finally:
+        sys.setprofile(None)
+    assert failed == pure == bool(fired)
+    if not failed:
+        call(b)
+    assert a.groups() == b.groups() and a.stats() == b.stats()
+    for t in (a, b):  # every level the case touched, used again
+        for priority in (0, 5, 9):
+            t.publish("after-%d" % priority, priority, priority)
+    assert a.groups() == b.groups()
+    assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1])
