@@ -690,27 +690,37 @@ def test_claim_many_failing_at_a_claim_ends_the_batch_there(impl: Any) -> None:
         assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1]), k
 
 
-#: (history, the call, where it fails: a Python function's call or a C
-#: function's call made from a given function of the pure twin)
+def _levels(t: Any, *priorities: int) -> None:
+    for p in priorities:
+        t.publish("level-%d" % p, p, p)
+
+
+#: (history, the call, where it fails: a Python function's call, or heappush
+#: called from a given function of the pure twin).  The "new-level" cases make
+#: four levels first, so that the level made for the failing call draws the
+#: largest treap weight of the transport's seeded generator: left in the tree,
+#: it would sit above the level made for the next group at its priority.
 FAILING_ALLOCATIONS = {
-    # pause creating a group at a level made for it
-    "pause-new-level": (lambda t: t.publish("g", "x", 5), lambda t: t.pause("new"), ("call", "_paused_group")),
-    # pause creating a group at an existing level
-    "pause-old-level": (lambda t: t.publish("g", "x"), lambda t: t.pause("new"), ("call", "_paused_group")),
+    # publish creating a group at a level made for it (its heap entry: heappush in _make_ready)
+    "publish-new-level": (lambda t: _levels(t, 5, 6, 7, 8), lambda t: t.publish("new", "e"), ("c_call", "_make_ready")),
+    # pause creating a group at a level made for it, or at an existing level
+    "pause-new-level": (lambda t: _levels(t, 5, 6, 7, 8), lambda t: t.pause("new"), ("call", "_paused_group")),
+    "pause-old-level": (lambda t: _levels(t, 0), lambda t: t.pause("new"), ("call", "_paused_group")),
     # set_priority moving a ready group (its heap entry: heappush in _set_level)
     # to a level made for it, or to one that exists
-    "set_priority-new-level": (lambda t: (t.publish("g", "x"), t.publish("h", "y")),
-                               lambda t: t.set_priority("g", 9), ("c_call", "_set_level")),
-    "set_priority-old-level": (lambda t: (t.publish("g", "x"), t.publish("h", "y", 9)),
-                               lambda t: t.set_priority("g", 9), ("c_call", "_set_level")),
+    "set_priority-new-level": (lambda t: _levels(t, 0, 5, 6, 7), lambda t: t.set_priority("level-0", 9),
+                               ("c_call", "_set_level")),
+    "set_priority-old-level": (lambda t: _levels(t, 0, 9), lambda t: t.set_priority("level-0", 9),
+                               ("c_call", "_set_level")),
 }
 
 
 @pytest.mark.parametrize("case", list(FAILING_ALLOCATIONS))
 def test_pause_and_set_priority_failing_to_allocate_change_nothing(impl: Any, case: str) -> None:
-    """``pause`` of an unknown group and ``set_priority`` of a ready group
-    allocate one thing under the lock (the group; the entry in the new
-    level's heap), after maybe creating a priority level for it: when that
+    """``pause`` of an unknown group, ``set_priority`` of a ready group and
+    ``publish`` to a new group allocate one thing under the lock (the group;
+    the entry in a level's heap), after maybe creating a priority level for
+    it: when that
     allocation fails (a profiler hook raises ``MemoryError`` at the pure
     twin's call), the level made for it goes too and the transport is as it
     was: a later group at that priority is claimable like any other.  The
@@ -743,8 +753,9 @@ def test_pause_and_set_priority_failing_to_allocate_change_nothing(impl: Any, ca
     if not failed:
         call(b)
     assert a.groups() == b.groups() and a.stats() == b.stats()
-    for t in (a, b):  # every level the case touched, used again
-        for priority in (0, 5, 9):
-            t.publish("after-%d" % priority, priority, priority)
-    assert a.groups() == b.groups()
-    assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1])
+    for round in range(3):  # every level the case touched, made and dropped again
+        for t in (a, b):
+            for i, priority in enumerate((0, 5, 9, 0, 5, 9, -1)):
+                t.publish("after-%d-%d" % (round, i), priority, priority)
+        assert a.groups() == b.groups()
+        assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1])
