@@ -145,6 +145,38 @@ def test_pause_created_group_is_placed_by_its_oldest_message(transport: Any, clo
     assert got == ["a", "c", "b"]
 
 
+def test_pause_created_group_comes_before_claimed_groups(transport: Any, clock: ManualClock) -> None:
+    """Never claimed, it is placed among the never-claimed groups (by its
+    oldest message), so before any group claimed once, and reports no
+    ``last_claimed_at``."""
+    t = transport
+    t.publish("old", "o")
+    t.nack(t.claim("w", 10))  # "old" claimed once: after every never-claimed group
+    t.pause("b")
+    t.publish("b", "b1")
+    assert info(t, "b").last_claimed_at is None
+    t.resume("b")
+    assert [t.claim("w", 10).group_id for _ in range(2)] == ["b", "old"]
+
+
+def test_groups_paused_before_their_first_message_keep_their_level_alive(transport: Any) -> None:
+    """A group created by ``pause`` counts in its priority level like any
+    other: the level stays while any of its groups does, whichever goes first."""
+    t = transport
+    t.publish("a", "a1")
+    t.publish("b", "b1")
+    t.pause("new")  # the level of priority 0 now holds a, b and new
+    t.ack(t.claim("w", 10))  # a: forgotten
+    t.ack(t.claim("w", 10))  # b: forgotten
+    t.publish("new", "n1")
+    t.resume("new")
+    lease = t.claim("w", 10)
+    assert lease is not None and lease.group_id == "new"
+    t.ack(lease)
+    t.publish("c", "c1")  # a fresh level
+    assert t.claim("w", 10).group_id == "c"
+
+
 # -- resume --------------------------------------------------------------------------
 
 
