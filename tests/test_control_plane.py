@@ -407,6 +407,23 @@ def test_set_priority_moves_groups_between_many_levels(transport: Any, clock: Ma
     assert [(i.group_id, i.priority) for i in t.groups()] == list(prio.items())
 
 
+def test_set_priority_into_a_level_where_the_group_comes_first(transport: Any) -> None:
+    """A ready group moved to a level whose groups come after it (here one
+    claimed once) is that level's first from then on, for claims at any
+    floor (mutation testing: the level's cached best entry was left stale)."""
+    t = transport
+    t.publish("H", "h", 5)
+    t.nack(t.claim("w", 10))  # H claimed once: after every never-claimed group
+    t.publish("A", "a")
+    t.publish("G", "g")
+    t.publish("J", "j", 3)
+    assert t.set_priority("G", 5)  # not the head of its level: its old entry just goes stale
+    got = []
+    while (lease := t.claim("w", 10, INT64_MIN)) is not None:
+        got.append(lease.group_id)
+    assert got == ["A", "G", "J", "H"]
+
+
 @pytest.mark.parametrize("memory", ["enough", "short"])
 def test_compaction_after_moves_and_pauses_keeps_every_group_once(impl: Any, memory: str) -> None:
     """Moving most of a level's ready groups away and pausing more of them
