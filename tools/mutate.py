@@ -94,8 +94,34 @@ first, which is where their mutants die::
   or _ack_current's compaction thresholds (memory only); two behaviour
   changes among them (``head = 0`` -> ``1``/``-1`` after compaction) are now
   killed by test_batches.py::test_ack_many_through_a_long_group_keeps_its_order.
-* Not run yet: the batch and control-plane helpers (``_add_batch`` ..
-  ``_purge``) and the waiting section (lines 1672-1977); the full default
+* group .. ack_many and the helpers ``_current`` .. ``_purge`` (lines
+  1027-1192 and 1268-1671 at 992ce5c, changed lines only:
+  ``--changed-since 5033c03 --lines 1027-1192,1268-1671``, 636 mutants; this
+  supersedes the two bullets above for those lines).  137 detected by the
+  previous run (``--lines 1128-1264,1386-1432``) and not run again (133
+  killed, 4 timeouts); the other 499 with
+  the ARGS above but test_faults_part2.py replaced by its profiler-hook test
+  (``--jobs 2``; 39 failure-path mutants of claim_many and _add_batch only
+  against the new fault tests): 279 killed, 181 survived.  Then the
+  survivors against the new tests (``--all-tests`` with
+  ``-k "profiler or taken_back_whole or ..."`` over test_faults_part2,
+  test_control_plane, test_waiting_control, test_batches): in all 541
+  killed, 4 timeouts, 88 listed as equivalent (fast paths, compaction
+  thresholds, empty levels left behind: memory only), 3 surviving:
+  ``if self._nwaiting:`` -> ``if True:`` in group, groups and claim_many.
+  They serve with no claim waiting, which differs only when a waiting
+  claim's record was orphaned (ended from user code nested in an
+  operation, ``_wait_end``): serving then ends it at once rather than at the
+  next serving with a claim waiting (the waiting section's business).
+  A profiler hook (``sys.setprofile``) is how the new tests reach inside an
+  operation for sure (the busy guards, failures at the k-th item or claim,
+  failed allocations); coverage does not trace code run inside a hook, so
+  the per-test line selection reports such mutants as "no test executes
+  this line": check those with ``--all-tests``.  (That test,
+  test_faults_part2.py::test_a_profiler_hook_inside_an_operation_may_only_publish,
+  also kills the 4 ``self._busy = True`` survivors of resume and purge
+  above.)
+* Not run yet: the waiting section (lines 1672-1977); the full default
   subset per mutant did not fit a session (its baseline alone ran over
   10 minutes on the loaded machine).
 
