@@ -330,7 +330,8 @@ DECLARE
     v_level bigint;
     v_seq bigint;
     v_payload bytea;
-    v_done boolean := false;
+    v_batch refcursor;
+    v_batching boolean := false;
 BEGIN
     IF p_now IS NULL THEN
         v_now := extract(epoch FROM clock_timestamp())::double precision;
@@ -346,85 +347,62 @@ BEGIN
         -- A batch whose floor admits every ready group: the p_count ready
         -- groups with the smallest keys, in one index walk, are exactly what
         -- p_count successive claims take (each claimed group moves to the
-        -- back).  The loop below would walk past the rows this transaction
+        -- back).  The search below would walk past the rows this transaction
         -- already claimed at every step.
         SELECT g.priority INTO v_lowest FROM leasequeue.groups g
         WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
         ORDER BY g.priority LIMIT 1;
         IF FOUND AND v_lowest >= p_min_priority THEN
-            FOR v_g IN
+            OPEN v_batch FOR
                 SELECT * FROM leasequeue.groups g
                 WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
                 ORDER BY g.rr_key LIMIT p_count
-                FOR UPDATE SKIP LOCKED
-            LOOP
-                SELECT m.seq, m.payload INTO v_seq, v_payload FROM leasequeue.messages m
-                WHERE m.queue = p_queue AND m.group_id = v_g.group_id
-                ORDER BY m.seq LIMIT 1;
-                IF NOT FOUND THEN
-                    RAISE EXCEPTION 'leasequeue: group % of queue % has no message', v_g.group_id, p_queue;
-                END IF;
-                UPDATE leasequeue.groups g
-                SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
-                    attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
-                    rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now,
-                    claim_token = p_token
-                WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
-                seq := v_seq;
-                group_id := v_g.group_id;
-                payload := v_payload;
-                expires_at := v_now + p_visibility;
-                attempt := v_g.attempt + 1;
-                prev_rr := v_g.rr_key;
-                prev_last := v_g.last_claimed_at;
-                prev_open := v_g.open;
-                prev_worker := v_g.lease_worker;
-                RETURN NEXT;
-                v_n := v_n + 1;
-            END LOOP;
-            IF v_n < p_count AND NOT p_report THEN
-                RETURN;  -- nothing else is claimable now
-            END IF;
-            v_done := true;
+                FOR UPDATE SKIP LOCKED;
+            v_batching := true;
         END IF;
     END IF;
-    WHILE v_n < p_count AND NOT v_done LOOP
-        SELECT g.priority INTO v_lowest FROM leasequeue.groups g
-        WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-        ORDER BY g.priority LIMIT 1;
-        EXIT WHEN NOT FOUND;
-        v_got := false;
-        IF v_lowest >= p_min_priority THEN
-            -- The floor admits every ready group: one walk of the ready index.
-            SELECT * INTO v_g FROM leasequeue.groups g
-            WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-            ORDER BY g.rr_key LIMIT 1
-            FOR UPDATE SKIP LOCKED;
-            v_got := FOUND;
+    WHILE v_n < p_count LOOP
+        IF v_batching THEN
+            FETCH v_batch INTO v_g;
+            EXIT WHEN NOT FOUND;  -- nothing else is claimable now
         ELSE
-            -- Visit each priority level >= the floor (a loose index scan) and
-            -- keep the best head of each: O(L log G) for L levels.
-            SELECT g.priority INTO v_level FROM leasequeue.groups g
+            SELECT g.priority INTO v_lowest FROM leasequeue.groups g
             WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-              AND g.priority >= p_min_priority
             ORDER BY g.priority LIMIT 1;
-            WHILE FOUND LOOP
-                SELECT * INTO v_c FROM leasequeue.groups g
+            EXIT WHEN NOT FOUND;
+            v_got := false;
+            IF v_lowest >= p_min_priority THEN
+                -- The floor admits every ready group: one walk of the ready index.
+                SELECT * INTO v_g FROM leasequeue.groups g
                 WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-                  AND g.priority = v_level
                 ORDER BY g.rr_key LIMIT 1
                 FOR UPDATE SKIP LOCKED;
-                IF FOUND AND (NOT v_got OR v_c.rr_key < v_g.rr_key) THEN
-                    v_g := v_c;
-                    v_got := true;
-                END IF;
+                v_got := FOUND;
+            ELSE
+                -- Visit each priority level >= the floor (a loose index scan) and
+                -- keep the best head of each: O(L log G) for L levels.
                 SELECT g.priority INTO v_level FROM leasequeue.groups g
                 WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-                  AND g.priority > v_level
+                  AND g.priority >= p_min_priority
                 ORDER BY g.priority LIMIT 1;
-            END LOOP;
+                WHILE FOUND LOOP
+                    SELECT * INTO v_c FROM leasequeue.groups g
+                    WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                      AND g.priority = v_level
+                    ORDER BY g.rr_key LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                    IF FOUND AND (NOT v_got OR v_c.rr_key < v_g.rr_key) THEN
+                        v_g := v_c;
+                        v_got := true;
+                    END IF;
+                    SELECT g.priority INTO v_level FROM leasequeue.groups g
+                    WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                      AND g.priority > v_level
+                    ORDER BY g.priority LIMIT 1;
+                END LOOP;
+            END IF;
+            EXIT WHEN NOT v_got;
         END IF;
-        EXIT WHEN NOT v_got;
         SELECT m.seq, m.payload INTO v_seq, v_payload FROM leasequeue.messages m
         WHERE m.queue = p_queue AND m.group_id = v_g.group_id
         ORDER BY m.seq LIMIT 1;
@@ -435,7 +413,7 @@ BEGIN
         SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
             attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
             rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now,
-                    claim_token = p_token
+            claim_token = p_token
         WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
         seq := v_seq;
         group_id := v_g.group_id;
