@@ -753,7 +753,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--lines", action="append", default=[], metavar="A-B",
                         help="only mutants touching these lines (repeatable; A-B,C-D)")
     parser.add_argument("--changed-since", metavar="REF",
-                        help="only mutants on lines changed since the branch left REF (its merge base with HEAD)")
+                        help="only mutants on lines changed since the branch left REF (its merge base with HEAD);"
+                        " with --lines, only those in both")
     parser.add_argument("--op", action="append", default=[], help="only these operators (repeatable)")
     parser.add_argument("--mutant", action="append", default=[], type=int, metavar="ID", help="only these mutant ids")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -788,15 +789,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             originals[rel] = f.read()
     total = len(mutants)
     ranges = parse_ranges(args.lines)
+    changed: List[Tuple[int, int]] = []
     if args.changed_since:
         for rel in originals:
-            ranges += changed_lines(rel, args.changed_since)
-        if not ranges:
+            changed += changed_lines(rel, args.changed_since)
+        if not changed:
             print(f"no lines changed since {args.changed_since}")
             return 0
-    selected = [
+    selected = [  # --lines and --changed-since together: both must hold
         m for m in mutants
-        if (not ranges or in_ranges(m, ranges)) and (not args.op or m.op in args.op)
+        if (not ranges or in_ranges(m, ranges)) and (not changed or in_ranges(m, changed))
+        and (not args.op or m.op in args.op)
         and (not args.mutant or m.id in args.mutant)
     ]
     equivalents = load_equivalents(args.equivalents)
