@@ -140,6 +140,8 @@ def test_nonzero_timeout_claims_at_once_when_something_is_eligible(transport: An
     assert (lease.seq, lease.worker_id, lease.expires_at, lease.attempt) == (1, "w", 1002.0, 1)
     lease = asyncio.run(_publish_then_aclaim(transport))
     assert (lease.seq, lease.group_id) == (2, "h")
+    assert transport._wake_counts() == (0, 0)  # a claim served as it queues is not woken
+    assert transport._waiting_count() == 0
 
 
 async def _publish_then_aclaim(t: Any) -> Any:
@@ -263,6 +265,24 @@ def test_close_ends_the_expiry_timer(transport: Any) -> None:
     assert w.result is None
     timer.join(PATIENCE)
     assert not timer.is_alive(), "the expiry timer outlived close()"
+
+
+def test_a_wait_starting_on_a_closed_transport_queues_nothing(transport: Any, clock: ManualClock) -> None:
+    """``close()`` landing between a waiting claim's look at ``closed`` and its
+    start (``_wait_start``, see ``_waiting.py``): the record comes back
+    CLOSED, nothing is queued, claimed or woken, even with a message there."""
+    from leasequeue._waiting import CLOSED
+
+    transport.publish("g", "e")
+    transport.close()
+    woken = []
+    rec = transport._waiter("w", 30.0, 0, lambda: woken.append(1))
+    assert transport._wait_start(rec) is None
+    assert rec.state == CLOSED
+    assert transport._waiting_count() == 0 and transport.stats().leased == 0
+    assert transport._wait_end(rec, True) is None
+    assert woken == [] and transport._wake_counts() == (0, 0)
+    assert transport.claim("x", 1.0).seq == 1
 
 
 def test_worker_loop_ends_on_close(transport_cls: Any) -> None:
@@ -504,6 +524,53 @@ def test_a_claim_that_does_not_wait_takes_its_own_message_first(transport: Any) 
     joined([w])
     assert transport.claim("x", 1.0) is None
     assert w.result.group_id == "g"
+
+
+def _queued_record(t: Any, worker: str, min_priority: int = 0) -> Any:
+    """A waiting claim driven through the core's entry points (``_waiting.py``):
+    queued by ``_wait_start``; ``rec.woken`` counts its wakes."""
+    woken: List[int] = []
+    rec = t._waiter(worker, 30.0, min_priority, lambda: woken.append(1))
+    assert t._wait_start(rec) is None, "something was claimable: the record did not queue"
+    return rec, woken
+
+
+@pytest.mark.parametrize("leaving", [(2, 3, 0, 5), (5, 4, 0, 1), (0, 1, 5, 2), (3, 2, 4, 1)])
+def test_waiting_claims_leaving_from_anywhere_keep_the_others_in_order(transport: Any, leaving: tuple) -> None:
+    """Claims leave the queue (deadline, interrupt) from its head, its tail
+    or its middle, one after another: the others keep their order, across
+    two floors, and a floor left empty is gone."""
+    records = [_queued_record(transport, f"w{i}", min_priority=i % 2) for i in range(6)]
+    for i in leaving:
+        assert transport._wait_end(records[i][0], True) is None
+    staying = [i for i in range(6) if i not in leaving]
+    assert transport._waiting_count() == 2
+    later = _queued_record(transport, "later", min_priority=1)
+    for n in range(3):
+        transport.publish(f"g{n}", n, priority=1)  # admitted by both floors
+    assert transport._waiting_count() == 0
+    got = [transport._wait_end(rec, True) for rec, _ in [records[i] for i in staying] + [later]]
+    assert [(lease.worker_id, lease.event) for lease in got] == [
+        (f"w{staying[0]}", 0), (f"w{staying[1]}", 1), ("later", 2)]
+    assert [len(woken) for _, woken in records] == [int(i in staying) for i in range(6)]
+    assert transport._wake_counts() == (3, 0)
+    transport.close()
+    assert transport._wake_counts() == (3, 0)  # nobody left to close
+
+
+def test_close_wakes_every_claim_left_in_every_floor(transport: Any) -> None:
+    records = [_queued_record(transport, f"w{i}", min_priority=i % 3) for i in range(7)]
+    assert transport._wait_end(records[3][0], True) is None  # floor 0's middle one left
+    transport.close()
+    assert transport._waiting_count() == 0
+    assert [len(woken) for _, woken in records] == [1, 1, 1, 0, 1, 1, 1]
+    assert transport._wake_counts() == (0, 6)
+    from leasequeue._waiting import CLOSED
+
+    assert [rec.state for rec, _ in records if rec is not records[3][0]] == [CLOSED] * 6
+    transport.publish("g", "e")
+    assert all(transport._wait_end(rec, True) is None for rec, _ in records)
+    assert transport.stats().leased == 0 and transport.claim("x", 1.0).seq == 1
 
 
 # -------------------------------------------------------------------- herd
@@ -999,6 +1066,39 @@ def test_a_publish_for_a_waiting_claim_applies_the_expiries_it_finds(transport: 
     joined([w])
     assert (w.result.group_id, w.result.attempt, w.result.expires_at) == ("g", 2, 1080.0)
     assert transport.claim("y", 1.0).group_id == "low"
+
+
+def test_the_expiry_timer_sleeps_towards_the_next_expiry_after_firing(transport: Any, clock: ManualClock) -> None:
+    """After handing an expired lease over, the timer is armed afresh for the
+    next expiry a waiting claim needs (30 s away here): it does not keep
+    looking at the clock meanwhile."""
+    transport.publish("g", "e")
+    transport.claim("crashed", 0.3)
+    [w] = start_waiters(transport, 1)
+    clock.advance(1.0)
+    joined([w])  # the timer fired: g went to w0, its lease expires at 1031
+    [w] = start_waiters(transport, 1, timeout=None)  # nothing claimable: waits
+    reads = clock.reads
+    time.sleep(0.3)
+    assert clock.reads == reads, "the expiry timer looked at the clock with nothing due"
+    transport.close()
+    joined([w])
+
+
+def test_the_expiry_timer_changes_nothing_when_no_claim_waits(transport: Any, clock: ManualClock) -> None:
+    """The timer may fire after the claims it was armed for have gone (it is
+    not disarmed when they go): its ``_timer_fire`` (see ``_waiting.py``)
+    then reads the clock and changes nothing, not even the transport's time."""
+    transport.publish("g", "e")
+    transport.claim("crashed", 0.3)  # expires at 1000.3
+    clock.advance(5.0)
+    assert transport._timer_fire() == 1005.0  # what the timer does when it is due
+    assert transport._timer_due() == (math.inf, 1000.0)
+    clock.set(1000.1)  # g has not expired by the transport's time
+    transport.publish("h", "f")
+    lease = transport.claim("x", 1.0)
+    assert (lease.group_id, lease.expires_at) == ("h", 1001.1)
+    assert transport.stats().leased == 2
 
 
 def test_the_expiry_timer_does_not_spin_on_a_clock_that_stands_still(transport: Any, clock: ManualClock) -> None:
