@@ -306,7 +306,8 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
     run inside another operation, and ``pause`` and ``set_priority`` mark
     themselves busy (a finaliser started inside them is refused).  The probes' arguments change
     nothing when they do run (a group already paused, groups that do not
-    exist, a floor no group reaches, a stale lease)."""
+    exist, a floor no group reaches, a stale lease; a waiting claim, refused
+    as ``claim`` is, waits a millisecond when it runs)."""
     import gc
 
     pure = impl.__name__.endswith("_py")
@@ -330,6 +331,7 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
         "claim_many": lambda: t.claim_many("f", 10.0, 3, 2**62),
         "ack_many": lambda: t.ack_many([stale]),
         "stats": lambda: t.stats(),
+        "claim-waiting": lambda: t.claim("f", 10.0, 2**62, timeout=0.001),
     }
 
     class Garbage:
