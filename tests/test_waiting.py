@@ -259,7 +259,10 @@ def test_close_ends_the_expiry_timer(transport: Any) -> None:
     transport.claim("x", 10.0**6)  # the timer sleeps towards this expiry
     [w] = start_waiters(transport, 1, timeout=None)
     until(lambda: transport._timer is not None, "the expiry timer started")
-    timer = transport._timer._thread
+    timer = transport._timer
+    # asleep in its long wait (else it could see the transport closed by itself)
+    until(lambda: timer._cond._waiters and not timer._poked, "the expiry timer asleep")
+    timer = timer._thread
     transport.close()
     joined([w])
     assert w.result is None
@@ -528,7 +531,9 @@ def test_a_claim_that_does_not_wait_takes_its_own_message_first(transport: Any) 
 
 def _queued_record(t: Any, worker: str, min_priority: int = 0) -> Any:
     """A waiting claim driven through the core's entry points (``_waiting.py``):
-    queued by ``_wait_start``; ``rec.woken`` counts its wakes."""
+    queued by ``_wait_start``; returns the record and the list its wakes
+    append to.  The caller must keep the record until it ends it with
+    ``_wait_end`` (or ``close()``): a queue holds it by a borrowed reference."""
     woken: List[int] = []
     rec = t._waiter(worker, 30.0, min_priority, lambda: woken.append(1))
     assert t._wait_start(rec) is None, "something was claimable: the record did not queue"
@@ -726,6 +731,34 @@ def test_a_failed_clock_read_for_a_waiting_claim_leaves_the_hand_off_to_the_expi
     assert (w.result.seq, w.result.attempt, w.result.expires_at) == (1, 1, 1030.0)
     assert len(t) == 1 and t.stats().leased == 1 and t._waiting_count() == 0
     t.close()
+
+
+def test_while_a_claim_waits_each_operation_reads_the_clock_once(transport: Any, clock: ManualClock) -> None:
+    """docs/decisions.md: an operation that reads the clock anyway serves the
+    waiting claims with that reading (no second one); publish, ack and
+    nack(0) read it once, only because a claim waits."""
+    for i in range(3):
+        transport.publish(f"g{i}", i)
+    leases = [transport.claim("x", 30.0) for _ in range(3)]
+    rec, _ = _queued_record(transport, "waiter", min_priority=1)  # admits nothing here
+    cases = [
+        lambda: transport.claim("y", 1.0),
+        lambda: transport.stats(),
+        lambda: transport.extend(leases[0], 30.0),
+        lambda: transport.nack(leases[1], 5.0),
+        lambda: transport.claim_many("y", 1.0, 2),
+        lambda: transport.group("g0"),
+        lambda: transport.groups(),
+        lambda: transport.publish("h", "e"),
+        lambda: transport.ack(leases[2]),
+        lambda: transport.nack(transport.claim("z", 1.0, timeout=0)),
+    ]
+    for i, call in enumerate(cases):
+        before = clock.reads
+        call()
+        assert clock.reads - before == (2 if i == len(cases) - 1 else 1), f"case {i}"  # the last: a claim, then nack(0)
+    assert transport._waiting_count() == 1
+    assert transport._wait_end(rec, True) is None  # a queued record is ended by its owner (_waiting.py)
 
 
 # ------------------------------------------------------- interrupts, undo
