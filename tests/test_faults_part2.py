@@ -308,7 +308,8 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
     run inside another operation, and ``pause`` and ``set_priority`` mark
     themselves busy (a finaliser started inside them is refused).  The probes' arguments change
     nothing when they do run (a group already paused, groups that do not
-    exist, a floor no group reaches, a stale lease)."""
+    exist, a floor no group reaches, a stale lease; a waiting claim, refused
+    as ``claim`` is, waits a millisecond when it runs)."""
     import gc
 
     pure = impl.__name__.endswith("_py")
@@ -332,6 +333,7 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
         "claim_many": lambda: t.claim_many("f", 10.0, 3, 2**62),
         "ack_many": lambda: t.ack_many([stale]),
         "stats": lambda: t.stats(),
+        "claim-waiting": lambda: t.claim("f", 10.0, 2**62, timeout=0.001),
     }
 
     class Garbage:
@@ -759,3 +761,75 @@ def test_pause_and_set_priority_failing_to_allocate_change_nothing(impl: Any, ca
                 t.publish("after-%d-%d" % (round, i), priority, priority)
         assert a.groups() == b.groups()
         assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1])
+
+
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
+@pytest.mark.parametrize("action", ["publish", "close", "end-a-wait"])
+def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: str) -> None:
+    """A finaliser that the garbage collector starts while an operation hands
+    messages to waiting claims (under the lock, pure twin) may publish, close
+    the transport, or end a wait (what a waiting coroutine collected there
+    does): the serving must take that into account before it ends, or a
+    claim would wait on with a message there for it, or on a closed
+    transport, or the ended claim would keep its place and the message handed
+    to it.  Two claims wait; a publish hands them what there is.  The Cython
+    transport runs no finaliser under its lock: the same outcome."""
+    import gc
+    import traceback
+
+    from leasequeue._waiting import CLOSED, HANDED, IDLE
+    from leasequeue.testing import ManualClock
+
+    pure = impl.__name__.endswith("_py")
+    landed = 0
+    old = gc.get_threshold()
+    try:
+        for threshold in range(8, 33):
+            for extra in range(3):
+                t = impl.InMemoryTransport(clock=ManualClock())
+                records = [t._waiter(f"w{i}", 30.0, 0, lambda: None) for i in range(2)]
+                for rec in records:
+                    assert t._wait_start(rec) is None
+                where: list = []
+
+                class Garbage:
+                    def __init__(self) -> None:
+                        self.me = self  # freed by the cycle collector only
+
+                    def __del__(self) -> None:
+                        where.append([frame.name for frame in traceback.extract_stack()])
+                        if action == "publish":
+                            t.publish("from-finaliser", None)
+                        elif action == "close":
+                            t.close()
+                        else:
+                            assert t._wait_end(records[1], False) is None
+
+                gc.collect()
+                gc.disable()
+                Garbage()
+                junk = [[] for _ in range(extra)]
+                gc.set_threshold(threshold)
+                gc.enable()
+                t.publish("g", "e")
+                gc.disable()
+                del junk
+                gc.set_threshold(*old)
+                gc.enable()
+                gc.collect()
+                assert where, "the finaliser did not run"
+                landed += "_serve_locked" in where[0]
+                states = [rec.state for rec in records]
+                assert t._waiting_count() == 0, (threshold, extra, states)
+                if action == "publish":
+                    assert states == [HANDED, HANDED] and t.stats().leased == 2 and len(t) == 2
+                elif action == "close":
+                    assert states[1] == CLOSED and t.stats().leased == (states[0] == HANDED)
+                else:
+                    assert states[1] == IDLE and t.stats().leased == 1 and states[0] == HANDED
+                    assert t._wait_end(records[0], True).group_id == "g"
+    finally:
+        gc.set_threshold(*old)
+        gc.enable()
+    if pure:
+        assert landed, "no collection landed while the claims were served: the test tests nothing"

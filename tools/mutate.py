@@ -124,6 +124,31 @@ first, which is where their mutants die::
 * Not run yet: the waiting section (lines 1672-1977); the full default
   subset per mutant did not fit a session (its baseline alone ran over
   10 minutes on the loaded machine).
+* The waiting section (branch mutwait): ``--changed-since 5033c03 --lines
+  440-555,697-704,740-745,1206-1260,1672-2000`` selects 546 mutants (60 of
+  them listed as equivalent).  Run with the ARGS above replaced by
+  ``-k "not cython and not keyboard_interrupt_in_a_woken_thread"
+  tests/test_waiting.py tests/test_waiting_control.py
+  tests/test_faults_part2.py::test_finaliser_in_the_middle_of_serving_waiting_claims
+  tests/test_faults_part2.py::test_finaliser_in_the_middle_of_a_new_operation_may_only_publish
+  tests/test_edges.py tests/test_batches.py tests/test_control_plane.py``,
+  ``--jobs 1 --timeout 120 --skip-equivalent``, two runs at once over
+  ``--lines 1672-1839`` and ``--lines 1840-2000``, both stopped at the time
+  box: 110 mutants, 88 killed, 8 timeouts, 8 survived, 6 skipped as
+  equivalent.  Of the survivors 6 are now listed as equivalent, 1 killed
+  (``_serve_waiters`` reading the clock again), 1 left: ``if
+  self._nwaiting or False`` in ``_serve_waiters`` (an orphan nested in an
+  operation and a claim leaving at once).  3 timeouts are probably slow
+  survivors (survivors ran 60-95 s for ~80 tests): ``_arm_timer``'s ``if
+  expiry and True`` / ``expiry[-1][0]`` / ``expiry[0][1]``.  Earlier,
+  shorter runs killed aclaim's argument checks and default floor, close's
+  timer poke and the clock-failure paths with the tests added then.  Not
+  reached: the rest of ``_serve_locked`` .. ``_dequeue`` and ``_end_locked``
+  .. ``_wait_end``, aclaim/close, claim's serving lines.  The baseline
+  crawls in test_keyboard_interrupt_in_a_woken_thread_undoes_its_hand_off
+  under the coverage tracer (a pending async exception makes every thread
+  give up the GIL at each check): 20+ minutes on the loaded machine, hence
+  deselected.
 
 Equivalents file format: blocks separated by blank lines, ``key: value``
 lines; ``file``, ``in`` (enclosing function), ``before`` and ``after`` (the
