@@ -788,15 +788,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             originals[rel] = f.read()
     total = len(mutants)
     ranges = parse_ranges(args.lines)
+    changed: Optional[Dict[str, List[Tuple[int, int]]]] = None  # per file
     if args.changed_since:
-        for rel in originals:
-            ranges += changed_lines(rel, args.changed_since)
-        if not ranges:
+        changed = {rel: changed_lines(rel, args.changed_since) for rel in originals}
+        if not any(changed.values()):
             print(f"no lines changed since {args.changed_since}")
             return 0
-    selected = [
+    selected = [  # --lines and --changed-since both restrict: a mutant must pass each given
         m for m in mutants
-        if (not ranges or in_ranges(m, ranges)) and (not args.op or m.op in args.op)
+        if (not ranges or in_ranges(m, ranges)) and (changed is None or in_ranges(m, changed[m.file]))
+        and (not args.op or m.op in args.op)
         and (not args.mutant or m.id in args.mutant)
     ]
     equivalents = load_equivalents(args.equivalents)
