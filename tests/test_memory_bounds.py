@@ -2,7 +2,9 @@
 
 Both implementations: a lease that keeps expiring and being extended while
 another group waits makes its group enter and leave the ready set over and
-over; the transport's memory must not grow with the number of rounds.
+over; the transport's memory must not grow with the number of rounds.  The
+same for a group paused and resumed over and over after many claims that
+each dropped a stale entry (those drops must be counted exactly).
 """
 
 from __future__ import annotations
