@@ -64,16 +64,20 @@ def _claim_round(t: Any) -> None:
         t.ack(lease)
 
 
-def _expired_ack_round(t: Any, clock: ManualClock) -> None:
+def _expired_round(t: Any, clock: ManualClock, end: str) -> None:
     """Group A alone: its lease expires, a claim that takes nothing sees the
-    expiry (A is ready again), then the expired lease is acked (accepted: nobody
-    claimed A since), which must not put A into the ready set a second time."""
+    expiry (A is ready again), then the expired lease is acked or nacked
+    (accepted: nobody claimed A since), which must not put A into the ready
+    set a second time."""
     lease = t.claim("w", 1.0)
     assert lease.group_id == "A"
     clock.advance(2.0)
     assert t.claim("w", 1.0, min_priority=1) is None
-    t.publish("A", 0)
-    t.ack(lease)
+    if end == "ack":
+        t.publish("A", 0)
+        t.ack(lease)
+    else:
+        t.nack(lease)
 
 
 def _pause_resume(t: Any, n: int, group: str = "B") -> None:
@@ -82,13 +86,13 @@ def _pause_resume(t: Any, n: int, group: str = "B") -> None:
         t.resume(group)  # ... and comes back with the same round-robin key
 
 
-@pytest.mark.parametrize("before", ["claims", "expired-acks"])
+@pytest.mark.parametrize("before", ["claims", "expired-acks", "expired-nacks"])
 def test_pause_resume_churn_after_many_claims_does_not_grow_memory(make_transport: Any, before: str) -> None:
     """The stale heap entries that claims drop must be counted out exactly (and
     a group never be in the ready set twice): after 20k claims that each
-    dropped one (or acks of expired leases whose group was ready again), 20k
-    pause/resume rounds of a ready group (each leaving one more stale entry
-    behind) keep memory bounded, as they do on a fresh transport."""
+    dropped one (or acks or nacks of expired leases whose group was ready
+    again), 20k pause/resume rounds of a ready group (each leaving one more
+    stale entry behind) keep memory bounded, as they do on a fresh transport."""
     clock = ManualClock()
     t = make_transport(clock=clock)
     if before == "claims":
@@ -100,7 +104,7 @@ def test_pause_resume_churn_after_many_claims_does_not_grow_memory(make_transpor
     else:
         t.publish("A", 0)
         for _ in range(20_000):
-            _expired_ack_round(t, clock)
+            _expired_round(t, clock, before[8:-1])
         t.publish("B", 0)  # never claimed: ahead of A
         churned = "A"
     assert sorted(g.group_id for g in t.groups()) == ["A", "B"]
