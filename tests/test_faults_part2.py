@@ -833,3 +833,113 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
         gc.enable()
     if pure:
         assert landed, "no collection landed while the claims were served: the test tests nothing"
+
+
+def _land_finaliser_in(impl: Any, setup: Any) -> set:
+    """Run ``setup()``'s operation with a collection landing at each of its first
+    allocations in turn; return what a finaliser's call to the transport got
+    there ("refused" when inside the operation, "ran" when outside it).  After
+    each run the operation is done, whole, and nothing else changed."""
+    import gc
+
+    got: set = set()
+    expected, held = _after(setup, impl)
+    old = gc.get_threshold()
+    try:
+        for threshold in range(1, 9):
+            for extra in range(5):
+                t, call = setup(impl)
+                inside = [False]
+
+                class Garbage:
+                    def __init__(self) -> None:
+                        self.me = self  # freed by the cycle collector only
+
+                    def __del__(self) -> None:
+                        try:
+                            t.pause("already-paused")  # changes nothing when it runs
+                            outcome = "ran"
+                        except RuntimeError as exc:
+                            outcome = "refused" if "middle of another operation" in str(exc) else repr(exc)
+                        got.add(outcome if inside[0] else "outside:" + outcome)
+
+                gc.collect()
+                gc.disable()
+                Garbage()
+                junk = [[] for _ in range(extra)]
+                gc.set_threshold(threshold)
+                inside[0] = True
+                gc.enable()
+                call()
+                gc.disable()
+                inside[0] = False
+                del junk
+                gc.enable()
+                gc.collect()  # a finaliser not run yet runs now, outside
+                assert [g.group_id for g in t.groups()] == expected, "the operation was not done whole"
+                assert t.stats().messages == len(t) == sum(g.messages for g in t.groups()) == held
+    finally:
+        gc.set_threshold(*old)
+        gc.enable()
+    return got
+
+
+def _after(setup: Any, impl: Any) -> Any:
+    """The group ids and message count after ``setup``'s operation, run
+    with no collection in the way."""
+    import gc
+
+    gc.disable()
+    try:
+        t, call = setup(impl)
+        call()
+        return [g.group_id for g in t.groups()], len(t)
+    finally:
+        gc.enable()
+
+
+def _purge_compacting(impl: Any) -> Any:
+    """A purge that compacts its level's heap: its group is ready but not
+    the heap's top, and the level already holds 32 stale entries (paused
+    groups), so the pure twin allocates a set under the lock (``_compact``),
+    an allocation that always counts towards a collection."""
+    t = impl.InMemoryTransport(clock=ManualClock())
+    for k in range(40):
+        t.publish("g%d" % k, k)
+    for k in range(1, 33):
+        t.pause("g%d" % k)
+    t.pause("already-paused")
+    return t, lambda: t.purge("g33")
+
+
+def _resume_shrinking(impl: Any) -> Any:
+    """A resume that forgets an empty paused group as the group table drains
+    below an eighth of its high-water mark, so the pure twin copies the table
+    into a smaller dict under the lock (``_forget``), an allocation that
+    always counts towards a collection."""
+    t = impl.InMemoryTransport(clock=ManualClock())
+    for k in range(1100):
+        t.publish("g%d" % k, k)
+    t.pause("empty")
+    t.pause("already-paused")
+    for k in range(1100 - 135):  # 137 groups left: 135 + the two paused ones
+        t.purge("g%d" % k)
+    return t, lambda: t.resume("empty")
+
+
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
+@pytest.mark.parametrize("setup", [_purge_compacting, _resume_shrinking], ids=["purge", "resume"])
+def test_finaliser_inside_resume_or_purge_is_refused(impl: Any, setup: Any) -> None:
+    """``resume`` and ``purge`` mark themselves busy too (decisions.md,
+    "Re-entrant calls and failures"): a finaliser that the garbage collector
+    runs inside them, under the lock, is refused.  Each runs here where the
+    pure twin allocates an object the collector counts under its lock (the
+    other test only lands there by luck: free lists); the Cython transport
+    allocates nothing the collector tracks under its lock, so there every
+    call from a finaliser runs.  Either way nothing is half done."""
+    got = _land_finaliser_in(impl, setup)
+    assert got <= {"refused", "ran", "outside:ran"}, got
+    if impl.__name__.endswith("_py"):
+        assert "refused" in got, f"no collection landed inside the operation: {got}"
+    else:
+        assert "refused" not in got, got

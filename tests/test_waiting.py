@@ -1146,3 +1146,25 @@ def test_the_expiry_timer_does_not_spin_on_a_clock_that_stands_still(transport: 
     clock.advance(1.0)
     joined([w])
     assert w.result.attempt == 2
+
+
+
+def _timer_threads() -> set:
+    return {th for th in threading.enumerate() if th.name == "leasequeue-expiry-timer"}
+
+
+def test_the_expiry_timer_starts_only_when_a_waiting_claim_has_a_lock_to_watch(transport: Any) -> None:
+    """The expiry timer is a thread started on first use (``_waiting.py``): when a
+    claim waits while a lease or park could expire.  A claim that waits with
+    nothing leased or parked starts none; one that waits while a lease is out
+    starts exactly one (the same check, seen working)."""
+    before = _timer_threads()
+    assert transport.claim("w", 30.0, timeout=0.01) is None
+    transport.pause("g")
+    transport.publish("g", "e")  # held, but neither claimable nor leased
+    assert transport.claim("w", 30.0, timeout=0.01) is None
+    assert not (_timer_threads() - before), "a timer started with nothing to watch"
+    transport.publish("h", "f")
+    transport.claim("x", 30.0)  # a lease out: a waiting claim must watch its expiry
+    assert transport.claim("w", 30.0, timeout=0.01) is None
+    assert len(_timer_threads() - before) == 1
