@@ -137,9 +137,12 @@ _UNMEASURED_DIRS = ("postgres",)
 def _unmeasured(item: pytest.Item) -> bool:
     """A test that cannot execute the measured modules runs untraced: the
     Cython variants (the ``impl`` fixture's ``cython`` parameter) and the
-    backends' tests.  Tracing them would only make the run slower."""
+    backends' tests; tracing them would only make the run slower.  So does a
+    test marked ``untraced`` (with its reason), which a tracer would change."""
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("impl") == "cython":
+        return True
+    if item.get_closest_marker("untraced") is not None:
         return True
     path = Path(str(item.fspath))
     return path.name.startswith(_UNMEASURED_FILES) or path.parent.name in _UNMEASURED_DIRS

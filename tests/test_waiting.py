@@ -907,6 +907,8 @@ def test_deadline_racing_a_hand_off_returns_the_lease(transport: Any) -> None:
 
 
 @pytest.mark.skipif(not IS_CPYTHON, reason="PyThreadState_SetAsyncExc is CPython's")
+@pytest.mark.untraced(reason="an asynchronous exception is delivered where the interpreter next checks for one; "
+                      "under the coverage tracer the pure twin's run of this test did not finish in 20 minutes")
 def test_keyboard_interrupt_in_a_woken_thread_undoes_its_hand_off(transport: Any) -> None:
     """KeyboardInterrupt in a waiting thread (not the main one: raised there
     with ``PyThreadState_SetAsyncExc``, the way a signal handler's would be),
