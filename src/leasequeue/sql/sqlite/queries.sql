@@ -6,8 +6,8 @@
 -- when no claim waits in the process: SQLite makes a lone write statement one
 -- transaction, taking the write lock as it starts, which saves the BEGIN and
 -- COMMIT calls).  Only publish uses RETURNING (its seq), which lets it be one
--- statement: with this SQLite, RETURNING runs as a trigger-like sub-program
--- and costs more than a second statement inside a transaction, less than
+-- statement: with this SQLite, RETURNING (a special trigger whose rows go
+-- through an ephemeral table) costs more than a second statement inside a transaction, less than
 -- BEGIN + a second statement + COMMIT.  (A claim as one UPDATE ... RETURNING
 -- was measured and not kept: +22k instructions per cycle, see docs/sqlite.md.)
 --
