@@ -9,6 +9,7 @@ cancel out.
 
     python3 benchmarks/sqlite_callgrind.py cycle        # leasequeue (single, k=64) vs huey, persist-queue, litequeue
     python3 benchmarks/sqlite_callgrind.py flat         # leasequeue's cycle at 10k, 100k, 1M queued
+    python3 benchmarks/sqlite_callgrind.py ops          # leasequeue's publish, claim, ack apart (single, k=64)
 
 Needs valgrind, and the ``bench-sqlite`` extra for the other libraries.  The
 ``flat`` run prefills its files natively first (1M messages: about a minute).
@@ -77,6 +78,41 @@ for i in range(k):
     cycle(i)
 """
 
+OPS = r"""
+import os, sys, tempfile
+which, k = sys.argv[1], int(sys.argv[2])
+event = {"step": "charge", "order": 17, "amount": 12.5}
+from leasequeue import SQLiteTransport
+t = SQLiteTransport(os.path.join(tempfile.mkdtemp(), "q.db"))
+# The same set-up whatever k: 4,000 groups of two messages (so that a claim
+# finds a new ready group and an ack moves a head on, as in the cycle), or
+# for publish 1,000 messages in 100 groups.
+if which.startswith("publish"):
+    t.publish_many([(f"g{i % 100}", event) for i in range(1000)])
+else:
+    t.publish_many([(f"g{i % 4000}", event) for i in range(8000)])
+if which.startswith("ack"):
+    leases = t.claim_many("w", 3600.0, 4000)
+if which == "publish":
+    for i in range(k):
+        t.publish(f"g{i % 100}", event)
+elif which == "claim":
+    for i in range(k):
+        t.claim("w", 3600.0)
+elif which == "ack":
+    for i in range(k):
+        t.ack(leases[i])
+elif which == "publish-k64":
+    for i in range(0, k, 64):
+        t.publish_many([(f"g{(i + j) % 100}", event) for j in range(64)])
+elif which == "claim-k64":
+    for i in range(0, k, 64):
+        t.claim_many("w", 3600.0, 64)
+elif which == "ack-k64":
+    for i in range(0, k, 64):
+        t.ack_many(leases[i:i + 64])
+"""
+
 PREFILL = r"""
 import sys
 from leasequeue import SQLiteTransport
@@ -138,6 +174,12 @@ def main() -> int:
                 print(f"| {name} | {per_cycle(CYCLE, k1, k2, name):,.0f} |", flush=True)
             except subprocess.CalledProcessError as exc:
                 print(f"| {name} | failed: {exc.stderr.strip().splitlines()[-1]} |")
+    elif what == "ops":
+        print("| operation | instructions per message |")
+        print("| --- | ---: |")
+        for name in ("publish", "claim", "ack", "publish-k64", "claim-k64", "ack-k64"):
+            k1, k2 = (640, 3200) if name.endswith("k64") else (200, 1200)
+            print(f"| {name} | {per_cycle(OPS, k1, k2, name):,.0f} |", flush=True)
     elif what == "flat":
         print("| messages queued (G = N/10) | instructions per publish + claim + ack |")
         print("| ---: | ---: |")

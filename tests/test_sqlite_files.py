@@ -116,6 +116,21 @@ def test_a_newer_schema_version_is_refused(tmp_path: Any) -> None:
     assert snapshot(path) == before
 
 
+def test_an_older_schema_version_is_refused(tmp_path: Any) -> None:
+    """Schema version 3 changed the publish view; a version 2 file is refused
+    (no migration before the first release) and left untouched."""
+    path = tmp_path / "q.db"
+    fill(path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    before = snapshot(path)
+    with pytest.raises(LeaseQueueError, match="schema version 2, which is not supported"):
+        SQLiteTransport(path)
+    assert snapshot(path) == before
+
+
 def test_locked_past_the_busy_timeout(tmp_path: Any) -> None:
     path = tmp_path / "q.db"
     fill(path)

@@ -81,7 +81,7 @@ __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTran
 #: ``PRAGMA application_id`` of a leasequeue database ("LQUE").
 APPLICATION_ID = 0x4C515545
 #: The schema version this code reads and writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Page size of a new database file.  Every commit writes each page it changed
 #: whole into the WAL and checksums it, and an operation changes a handful of
 #: small rows on 3-6 pages: 1 KiB pages cut the instructions per publish +
@@ -450,14 +450,17 @@ class SQLiteTransport:
         with self._lock:
             cur = self._cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE")
-                cur.execute(_Q["publish"], (group_id, priority, data))
-                seq = cur.execute(_Q["last_seq"]).fetchone()[0]
-                if self._queue.waiters:
+                if not self._queue.waiters:
+                    # One statement: SQLite makes it its own write transaction, and
+                    # commits it when fetchone() steps it to its end.
+                    seq = cur.execute(_Q["publish"], (group_id, priority, data)).fetchone()[0]
+                else:
+                    cur.execute("BEGIN IMMEDIATE")
+                    seq = cur.execute(_Q["publish"], (group_id, priority, data)).fetchone()[0]
                     messages, ready, priority = cur.execute(_Q["group_state"], (group_id,)).fetchone()
                     if ready and messages == 1:  # the group was idle: claimable now
                         wakes = self._signal((priority,))
-                cur.execute("COMMIT")
+                    cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
         if wakes:

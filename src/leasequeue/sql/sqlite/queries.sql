@@ -4,8 +4,12 @@
 -- transaction of one transport operation (see _sqlite.py), except the reads
 -- marked "read only" and the statements marked "one statement" (run alone
 -- when no claim waits in the process: SQLite makes a lone write statement one
--- transaction, which saves the BEGIN and COMMIT calls).  No statement uses
--- RETURNING: with this SQLite it costs more than a second statement.
+-- transaction, taking the write lock as it starts, which saves the BEGIN and
+-- COMMIT calls).  Only publish uses RETURNING (its seq), which lets it be one
+-- statement: with this SQLite, RETURNING (a special trigger whose rows go
+-- through an ephemeral table) costs more than a second statement inside a transaction, less than
+-- BEGIN + a second statement + COMMIT.  (A claim as one UPDATE ... RETURNING
+-- was measured and not kept: +22k instructions per cycle, see docs/sqlite.md.)
 --
 -- Two triggers of schema.sql do part of the work: a publish is one INSERT
 -- into the lq_publish view; an ack that moves a group's head on deletes the
@@ -23,8 +27,11 @@
 -- group is the lease's group (it is looked up by group_id).
 
 -- name: publish --
--- Publish one message (?1 group, ?2 priority if the group is new, ?3 serialized event).
-INSERT INTO lq_publish (group_id, priority, event) VALUES (?1, ?2, ?3);
+-- One statement: publish one message (?1 group, ?2 priority if the group is new,
+-- ?3 serialized event) and return its seq (the trigger lq_publish_message does the work).
+INSERT INTO lq_publish (group_id, priority, event, seq)
+VALUES (?1, ?2, ?3, (SELECT last_seq + 1 FROM lq_state WHERE id = 1))
+RETURNING seq;
 
 -- name: create_batch_table --
 -- Per connection: where publish_many stages its items (numbered in item order).

@@ -1,4 +1,4 @@
--- The leasequeue schema for SQLite (schema version 2).
+-- The leasequeue schema for SQLite (schema version 3).
 --
 -- Loaded by leasequeue._sqlite: each statement below is run, in order, in the
 -- one transaction that creates a new database file.  The file is marked with
@@ -85,34 +85,33 @@ CREATE TABLE lq_messages (
     PRIMARY KEY (gid, seq)
 ) WITHOUT ROWID;
 
--- publish() is one INSERT into this view: the trigger takes the next seq,
--- counts the message (and the group, if it held none) in, creates the group
--- or counts the message into it, and stores the message.  The group's upsert
--- sets only messages (no index entry changes, lq_acked does not fire); a
--- paused group that held nothing gets its head and round-robin key from the
--- statement after it.
-CREATE VIEW lq_publish (group_id, priority, event) AS SELECT NULL, NULL, NULL;
+-- publish() is one INSERT into this view, run as its own write transaction
+-- (SQLite takes the write lock when the statement starts, as BEGIN IMMEDIATE
+-- does): the statement computes the new seq (last_seq + 1) and returns it;
+-- the trigger takes it, counts the message (and the group, if it held none)
+-- in, creates the group or counts the message into it, and stores the
+-- message.  The group's upsert sets only messages (no index entry changes,
+-- lq_acked does not fire); a paused group that held nothing gets its head
+-- and round-robin key from the statement after it.
+CREATE VIEW lq_publish (group_id, priority, event, seq) AS SELECT NULL, NULL, NULL, NULL;
 
 CREATE TRIGGER lq_publish_message INSTEAD OF INSERT ON lq_publish
 BEGIN
     UPDATE lq_state SET
-        last_seq = last_seq + 1,
+        last_seq = new.seq,
         messages = messages + 1,
         groups = groups + NOT EXISTS (SELECT 1 FROM lq_groups WHERE group_id = new.group_id AND head_seq IS NOT NULL)
     WHERE id = 1;
     INSERT INTO lq_groups (group_id, priority, rr_key, messages, head_seq, lock, attempt, open, paused)
-    VALUES (new.group_id, new.priority, (SELECT last_seq FROM lq_state WHERE id = 1) - 4611686018427387904, 1,
-            (SELECT last_seq FROM lq_state WHERE id = 1), 0, 0, 0, 0)
+    VALUES (new.group_id, new.priority, new.seq - 4611686018427387904, 1, new.seq, 0, 0, 0, 0)
     ON CONFLICT (group_id) DO UPDATE SET messages = messages + 1;
     -- a group created by pause() gets its round-robin key from its first message
     UPDATE lq_groups SET
-        head_seq = (SELECT last_seq FROM lq_state WHERE id = 1),
-        rr_key = CASE WHEN last_claimed_at IS NULL THEN (SELECT last_seq FROM lq_state WHERE id = 1) - 4611686018427387904
-                 ELSE rr_key END
+        head_seq = new.seq,
+        rr_key = CASE WHEN last_claimed_at IS NULL THEN new.seq - 4611686018427387904 ELSE rr_key END
     WHERE group_id = new.group_id AND head_seq IS NULL;
     INSERT INTO lq_messages (gid, seq, event)
-    VALUES ((SELECT gid FROM lq_groups WHERE group_id = new.group_id), (SELECT last_seq FROM lq_state WHERE id = 1),
-            new.event);
+    VALUES ((SELECT gid FROM lq_groups WHERE group_id = new.group_id), new.seq, new.event);
 END;
 
 -- An ack moves a group's head on (only ack sets head_seq to a later message
@@ -145,4 +144,4 @@ BEGIN
 END;
 
 INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
-VALUES (1, 'leasequeue', 2, 0, 0, -9e999, 0, 0, 0, 0, 0);
+VALUES (1, 'leasequeue', 3, 0, 0, -9e999, 0, 0, 0, 0, 0);
