@@ -475,3 +475,49 @@ def test_after_close_the_control_plane_and_batches_work_and_hand_nothing_over(
     assert [(lease.group_id, lease.attempt) for lease in leases] == [("r", 1), ("g", 2)]  # never claimed first
     assert transport.ack_many(leases) == [] and transport.purge("p") == 1
     assert transport._wake_counts()[0] == handed and len(transport) == 0
+
+
+@pytest.mark.parametrize("operation", ["publish", "claim", "stats", "group", "groups", "claim_many", "pause"])
+def test_a_wait_ended_inside_another_operation_is_undone_as_it_ends(impl: Any, operation: str) -> None:
+    """A waiting claim that was handed a lease and is ended from user code run
+    inside another operation (a coroutine the garbage collector finalises
+    there, here a profiler hook: pure twin) gives its lease back exactly by the
+    time that operation returns, even with no other claim waiting to serve:
+    the message is claimable at once, attempt 1, not only when the lease
+    expires."""
+    import sys
+
+    t = impl.InMemoryTransport(clock=ManualClock())
+    rec = t._waiter("w", 30.0, 0, lambda: None)
+    assert t._wait_start(rec) is None  # queued: nothing to claim
+    t.publish("g", "e")  # handed to the waiting claim
+    assert t.stats().leased == 1 and t._waiting_count() == 0
+    calls = {
+        "publish": lambda: t.publish("h", "f"),
+        "claim": lambda: t.claim("x", 10.0, 2**62),
+        "stats": t.stats,
+        "group": lambda: t.group("g"),
+        "groups": t.groups,
+        "claim_many": lambda: t.claim_many("x", 10.0, 2, 2**62),
+        "pause": lambda: t.pause("p"),
+    }
+    ended: List[Any] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (event == "call" and not ended and frame.f_code.co_name == "_settle"
+                and frame.f_globals.get("__name__") == impl.__name__):
+            ended.append(t._wait_end(rec, False))
+
+    sys.setprofile(hook)
+    try:
+        calls[operation]()
+    finally:
+        sys.setprofile(None)
+    if impl.__name__.endswith("_py"):
+        assert ended == [None], "the hook did not get inside the operation"
+    else:  # the Cython transport runs no Python code under its lock: end it after
+        assert not ended
+        assert t._wait_end(rec, False) is None
+    assert t.stats().leased == 0
+    lease = t.claim("x", 10.0)
+    assert (lease.group_id, lease.attempt) == ("g", 1)

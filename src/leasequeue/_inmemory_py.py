@@ -1318,11 +1318,15 @@ class InMemoryTransport:
         self._messages += 1
 
     def _settle(self) -> None:
-        """End an operation: add messages published from nested user code."""
+        """End an operation: add messages published from nested user code, and
+        undo the hand-offs of waits it ended when no claim is left waiting (with
+        one waiting, the serving that follows ends them and serves it)."""
         pending = self._pending
         try:
             while pending:
                 self._add(*pending.pop(0))
+            if self._orphans and not self._nwaiting:
+                self._end_orphans([])  # with nobody waiting, nothing to serve or wake
         finally:
             self._busy = False
 
