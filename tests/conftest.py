@@ -21,7 +21,7 @@ import pytest
 import coverage_floor  # noqa: F401  (also registered below, as a plugin)
 from leasequeue.testing import ManualClock
 
-#: Branch coverage of the pure twin, with a floor: opt-in (tools/coverage.sh).
+#: Branch coverage of the pure twin, with a floor: on in CI (.ci/run), opt-in elsewhere (tools/coverage.sh).
 pytest_plugins = ["coverage_floor"]
 
 IMPLEMENTATIONS = ("python", "cython")

@@ -308,6 +308,14 @@ def test_claim_many_respects_floor_and_pause(transport: Any) -> None:
     assert [lease.event for lease in t.claim_many("w", 10, 10, 3)] == [2, 4]
 
 
+def test_claim_many_default_floor_is_zero_as_claims(transport: Any) -> None:
+    t = transport
+    t.publish_many([("below", 1, -1), ("at", 2, 0), ("above", 3, 1)])
+    assert sorted(lease.event for lease in t.claim_many("w", 10, 5)) == [2, 3]
+    assert t.claim("w", 10) is None
+    assert [lease.event for lease in t.claim_many("w", 10, 5, -1)] == [1]
+
+
 @pytest.mark.parametrize(
     "args, error",
     [
@@ -321,6 +329,7 @@ def test_claim_many_respects_floor_and_pause(transport: Any) -> None:
         (("w", -1, 1), ValueError),
         (("w", math.nan, 1), ValueError),
         (("w", 10, 1, 2**63), OverflowError),
+        (("w", 10, 1, -2**63 - 1), OverflowError),
         (("w", 10, 1, 1.0), TypeError),
         (("w", -1, -1, "x"), ValueError),  # signature order: visibility first
         (("w", 10, -1, "x"), ValueError),  # then max_count
@@ -398,6 +407,10 @@ def test_ack_many_reads_no_clock_and_never_raises_lease_lost(transport: Any, clo
     before = clock.reads
     assert t.ack_many([lease, lease]) == [lease, lease]
     assert clock.reads == before
+    current = t.claim("w", 10)  # "a" again: 2
+    before = clock.reads
+    assert t.ack_many([current, lease]) == [lease]  # acks one; no claim waits: no clock either
+    assert clock.reads == before and len(t) == 0
 
 
 def test_ack_many_keeps_an_emptied_paused_group(transport: Any) -> None:
@@ -477,6 +490,29 @@ def test_ack_many_drops_the_events_after_the_lock(transport: Any, clock: ManualC
     assert all(entry[2] == [] and entry[3] is None for entry in log)
     assert sorted(entry[1] for entry in log) == [1, 2, 3]
     assert len(t) == 3
+
+
+@pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
+def test_ack_many_releases_each_acked_event_while_its_group_goes_on(transport: Any) -> None:
+    """An acked message's event is released at once, not when its group
+    empties (mutation testing: keeping the acked slot of a long group's list
+    went unseen, since every leak test drained its groups first)."""
+    import weakref
+
+    class Event:
+        pass
+
+    t = transport
+    events = [Event() for _ in range(5)]
+    refs = [weakref.ref(e) for e in events]
+    t.publish_many([("g", e) for e in events])
+    del events
+    for i in range(4):
+        lease = t.claim("w", 10)
+        assert t.ack_many([lease]) == []
+        del lease
+        assert [r() is None for r in refs] == [True] * (i + 1) + [False] * (4 - i)
+    assert len(t) == 1
 
 
 # -- everything together ------------------------------------------------------------------

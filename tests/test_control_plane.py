@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -143,6 +144,38 @@ def test_pause_created_group_is_placed_by_its_oldest_message(transport: Any, clo
     t.resume("b")
     got = [t.claim("w", 10).group_id for _ in range(3)]
     assert got == ["a", "c", "b"]
+
+
+def test_pause_created_group_comes_before_claimed_groups(transport: Any, clock: ManualClock) -> None:
+    """Never claimed, it is placed among the never-claimed groups (by its
+    oldest message), so before any group claimed once, and reports no
+    ``last_claimed_at``."""
+    t = transport
+    t.publish("old", "o")
+    t.nack(t.claim("w", 10))  # "old" claimed once: after every never-claimed group
+    t.pause("b")
+    t.publish("b", "b1")
+    assert info(t, "b").last_claimed_at is None
+    t.resume("b")
+    assert [t.claim("w", 10).group_id for _ in range(2)] == ["b", "old"]
+
+
+def test_groups_paused_before_their_first_message_keep_their_level_alive(transport: Any) -> None:
+    """A group created by ``pause`` counts in its priority level like any
+    other: the level stays while any of its groups does, whichever goes first."""
+    t = transport
+    t.publish("a", "a1")
+    t.publish("b", "b1")
+    t.pause("new")  # the level of priority 0 now holds a, b and new
+    t.ack(t.claim("w", 10))  # a: forgotten
+    t.ack(t.claim("w", 10))  # b: forgotten
+    t.publish("new", "n1")
+    t.resume("new")
+    lease = t.claim("w", 10)
+    assert lease is not None and lease.group_id == "new"
+    t.ack(lease)
+    t.publish("c", "c1")  # a fresh level
+    assert t.claim("w", 10).group_id == "c"
 
 
 # -- resume --------------------------------------------------------------------------
@@ -372,6 +405,72 @@ def test_set_priority_moves_groups_between_many_levels(transport: Any, clock: Ma
             got.add(lease.group_id)
         assert got == {g for g, p in prio.items() if p == floor}, floor
     assert [(i.group_id, i.priority) for i in t.groups()] == list(prio.items())
+
+
+def test_set_priority_into_a_level_where_the_group_comes_first(transport: Any) -> None:
+    """A ready group moved to a level whose groups come after it (here one
+    claimed once) is that level's first from then on, for claims at any
+    floor (mutation testing: the level's cached best entry was left stale)."""
+    t = transport
+    t.publish("H", "h", 5)
+    t.nack(t.claim("w", 10))  # H claimed once: after every never-claimed group
+    t.publish("A", "a")
+    t.publish("G", "g")
+    t.publish("J", "j", 3)
+    assert t.set_priority("G", 5)  # not the head of its level: its old entry just goes stale
+    got = []
+    while (lease := t.claim("w", 10, INT64_MIN)) is not None:
+        got.append(lease.group_id)
+    assert got == ["A", "G", "J", "H"]
+
+
+@pytest.mark.parametrize("memory", ["enough", "short"])
+def test_compaction_after_moves_and_pauses_keeps_every_group_once(impl: Any, memory: str) -> None:
+    """Moving most of a level's ready groups away and pausing more of them
+    leaves mostly stale entries in its heap, so it is rebuilt (compacted)
+    from its live entries, each group once: among them a group that left the
+    level, was claimed and released elsewhere, and came back (a stale entry
+    and a live one, with different keys).  Every group is then delivered
+    exactly once, in round-robin order.  "short": the pure twin runs out of
+    memory half-way through the rebuild (a profiler hook raises
+    ``MemoryError`` at an append), and the rebuild is given up, the heap
+    untouched; the Cython transport runs no Python function under its lock.
+    (Mutation testing: no test compacted a heap of the control plane.)"""
+    t = impl.InMemoryTransport(clock=ManualClock())
+    names = [f"g{i:02}" for i in range(80)]
+    t.publish_many([(g, g) for g in names])
+    assert t.set_priority("g05", 1)
+    lease = t.claim("w", 10, 1)
+    assert lease.group_id == "g05"
+    t.nack(lease)  # claimed: g05 now comes after every never-claimed group
+    assert t.set_priority("g05", 0)
+    for g in names[1::2]:
+        if g != "g05":
+            assert t.set_priority(g, -1)  # entries of level 0 go stale, none at the top
+    appends = [0]
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (event == "c_call" and frame.f_code.co_name == "_compact" and getattr(arg, "__name__", "") == "append"
+                and frame.f_globals.get("__name__") == impl.__name__):
+            appends[0] += 1
+            if appends[0] == 10:
+                raise MemoryError("the rebuilt heap")
+
+    if memory == "short":
+        sys.setprofile(hook)
+    try:
+        for g in names[78:40:-2]:
+            assert t.pause(g)  # past 40 stale entries, level 0 is compacted
+    finally:
+        sys.setprofile(None)
+    assert appends[0] == (10 if memory == "short" and impl.__name__.endswith("_py") else 0)
+    for g in names[78:40:-2]:
+        assert t.resume(g)
+    got = []
+    while (lease := t.claim("w", math.inf, INT64_MIN)) is not None:
+        got.append(lease.group_id)
+    assert got == [g for g in names if g != "g05"] + ["g05"]
+    assert t.stats().leased == 80
 
 
 # -- group / groups ------------------------------------------------------------------
@@ -735,3 +834,67 @@ def test_group_and_groups_expire_the_earliest_lease_among_several(transport: Any
     clock.advance(6)
     assert {i.group_id: i.state for i in t.groups()} == {"long": "leased", "short": "ready"}
     assert t.stats().leased == 1
+
+
+# The operations that read the clock: each applies expiry at the transport's
+# time, which never goes back (mutation testing: the "now" of group, groups and
+# claim_many was not pinned down when the clock goes back).
+CLOCK_READERS = {
+    "group": lambda t: [t.group("g").state],
+    "groups": lambda t: [i.state for i in t.groups() if i.group_id == "g"],
+    "claim_many": lambda t: ["ready" if t.claim_many("w", 10, 0) == [] else "?"],  # max_count 0: claims nothing
+}
+
+
+@pytest.mark.parametrize("op", list(CLOCK_READERS))
+def test_clock_readers_move_the_transport_time_forward_for_good(transport: Any, clock: ManualClock, op: str) -> None:
+    """After ``op`` read a later clock, an earlier reading does not take the
+    transport's time back: the next claim's lease runs from the later time."""
+    t = transport
+    t.publish("g", "a")
+    clock.set(2000)
+    assert CLOCK_READERS[op](t) == ["ready"]
+    clock.set(1500)
+    lease = t.claim("w", 10)
+    assert lease is not None and lease.expires_at == 2010.0
+
+
+@pytest.mark.parametrize("op", list(CLOCK_READERS))
+def test_clock_readers_expire_at_the_transport_time_when_the_clock_is_behind(
+    transport: Any, clock: ManualClock, op: str
+) -> None:
+    """``extend`` moves the transport's time to its clock reading without
+    expiring anything; when the clock then reads earlier, ``op`` still
+    expires what ran out before that time."""
+    t = transport
+    t.publish("g", "a")
+    t.publish("h", "b")
+    assert t.claim("w", 10).group_id == "g"  # until 1010
+    h = t.claim("w", 100)
+    clock.set(1020)
+    t.extend(h, 50)  # the transport's time is 1020; g's lease has run out, unseen
+    clock.set(1005)
+    assert CLOCK_READERS[op](t) == ["ready"]
+    assert t.stats().leased == 1
+    lease = t.claim("w", 10)
+    assert (lease.group_id, lease.attempt, lease.expires_at) == ("g", 2, 1030.0)
+
+
+@pytest.mark.parametrize("op", list(CLOCK_READERS))
+def test_clock_readers_near_time_zero(transport_cls: Any, op: str) -> None:
+    """A clock that starts at 0: expiry times below the expiry heap's entry
+    counters (mutation testing: comparing the counter instead of the time went
+    unseen with clocks in the thousands)."""
+    clock = ManualClock(0.0)
+    t = transport_cls(clock=clock)
+    t.publish("g", "a")
+    t.publish("h", "b")
+    assert t.claim("w", 0.5).group_id == "g"  # until 0.5, expiry entry counter 1
+    assert t.claim("w", 0.25).group_id == "h"  # until 0.25, counter 2
+    clock.set(0.75)
+    if op == "claim_many":  # both leases have run out: both messages come again
+        got = t.claim_many("w", 10, 5)
+        assert sorted((lease.group_id, lease.attempt) for lease in got) == [("g", 2), ("h", 2)]
+    else:
+        assert CLOCK_READERS[op](t) == ["ready"]
+        assert t.stats().leased == 0

@@ -214,6 +214,61 @@ def test_round_robin_across_many_priority_levels(transport: Any, seed: int) -> N
             model.busy[done.group_id] = False
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_round_robin_while_priority_levels_come_and_go(transport: Any, seed: int) -> None:
+    """As above, but levels also disappear and reappear: groups empty out (their
+    priority level goes with its last group), are created again at another
+    priority, and move between priorities (``set_priority``).  Every claim, at
+    every floor, still serves the least recently claimed eligible group, so no
+    ready group is ever hidden from, or shown to, a floor by the reshaped tree."""
+    rng = random.Random(seed)
+    model = _RoundRobinModel()
+    held: Dict[str, int] = {}  # group -> messages held
+    leases: List[Any] = []
+    pool = rng.sample(range(-60, 60), 40)
+    names = [f"g{i}" for i in range(30)]
+
+    def publish(group: str) -> None:
+        priority = rng.choice(pool)
+        model.add(group, priority, transport.publish(group, None, priority))
+        held[group] = held.get(group, 0) + 1
+
+    for group in names:
+        publish(group)
+    for step in range(600):
+        roll = rng.random()
+        if roll < 0.35:
+            floor = rng.choice(pool + [min(pool) - 1, max(pool) + 1])
+            expected = model.expect(floor)
+            lease = transport.claim("w", 100, min_priority=floor)
+            assert (lease and lease.group_id) == expected, f"step {step}, floor {floor}"
+            if lease is not None:
+                model.claimed(lease.group_id)
+                leases.append(lease)
+        elif roll < 0.6 and leases:
+            done = leases.pop(rng.randrange(len(leases)))
+            group = done.group_id
+            if rng.random() < 0.75:
+                transport.ack(done)
+                held[group] -= 1
+                if not held[group]:  # forgotten: place and priority go, maybe its level too
+                    del held[group]
+                    for table in (model.priority, model.first_seq, model.last_claim, model.busy):
+                        table.pop(group, None)
+                    continue
+            else:
+                transport.nack(done)
+            model.busy[group] = False
+        elif roll < 0.8:
+            publish(rng.choice(names))
+        else:
+            group = rng.choice(names)
+            priority = rng.choice(pool)
+            assert transport.set_priority(group, priority) == (group in held)
+            if group in held:
+                model.priority[group] = priority
+
+
 # -- values that cannot be changed or copied ---------------------------------------------
 
 

@@ -140,6 +140,8 @@ def test_nonzero_timeout_claims_at_once_when_something_is_eligible(transport: An
     assert (lease.seq, lease.worker_id, lease.expires_at, lease.attempt) == (1, "w", 1002.0, 1)
     lease = asyncio.run(_publish_then_aclaim(transport))
     assert (lease.seq, lease.group_id) == (2, "h")
+    assert transport._wake_counts() == (0, 0)  # a claim served as it queues is not woken
+    assert transport._waiting_count() == 0
 
 
 async def _publish_then_aclaim(t: Any) -> Any:
@@ -164,6 +166,39 @@ def test_infinite_timeout_means_no_deadline(transport: Any) -> None:
     transport.publish("g", "e")
     joined([w])
     assert w.result.seq == 1
+
+
+@pytest.mark.parametrize(
+    "args, error, match",
+    [((1, 1.0), TypeError, "worker_id"), (("__parked__", 1.0), ValueError, "worker_id"),
+     (("w", -1.0), ValueError, "visibility"), (("w", "1"), TypeError, "visibility"),
+     (("w", 1.0, "0"), TypeError, "min_priority"), (("w", 1.0, 2**63), OverflowError, "min_priority")],
+)
+def test_aclaim_checks_its_arguments_before_reading_the_clock(
+    transport: Any, clock: ManualClock, args: tuple, error: type, match: str
+) -> None:
+    """As ``claim`` does, also when it would wait (nothing is claimable here)."""
+
+    async def main() -> Any:
+        return await asyncio.wait_for(transport.aclaim(*args), PATIENCE)
+
+    with pytest.raises(error, match=match):
+        asyncio.run(main())
+    assert clock.reads == 0 and transport._waiting_count() == 0
+
+
+def test_aclaim_floor_defaults_to_zero(transport: Any) -> None:
+    transport.publish("below", "e", priority=-1)
+
+    async def main() -> Any:
+        assert await transport.aclaim("a", 1, timeout=0) is None  # the floor 0 does not admit -1
+        task = asyncio.ensure_future(transport.aclaim("a", 1))
+        await queued(transport, 1)  # nor when it waits
+        transport.publish("zero", "e")
+        return await asyncio.wait_for(task, PATIENCE)
+
+    lease = asyncio.run(main())
+    assert (lease.group_id, lease.worker_id, lease.expires_at) == ("zero", "a", 1001.0)
 
 
 def test_aclaim_is_a_coroutine_function(transport_cls: Any) -> None:
@@ -215,6 +250,42 @@ def test_close_wakes_waiting_threads_and_coroutines(transport_cls: Any) -> None:
     start = time.monotonic()
     assert t.claim("w", 1.0, timeout=None) is None
     assert time.monotonic() - start < PATIENCE / 2
+
+
+def test_close_ends_the_expiry_timer(transport: Any) -> None:
+    """The expiry timer (a thread) ends when the transport is closed, even
+    while it sleeps towards an expiry far away."""
+    transport.publish("g", "e")
+    transport.claim("x", 10.0**6)  # the timer sleeps towards this expiry
+    [w] = start_waiters(transport, 1, timeout=None)
+    until(lambda: transport._timer is not None, "the expiry timer started")
+    timer = transport._timer
+    # asleep in its long wait (else it could see the transport closed by itself)
+    until(lambda: timer._cond._waiters and not timer._poked, "the expiry timer asleep")
+    timer = timer._thread
+    transport.close()
+    joined([w])
+    assert w.result is None
+    timer.join(PATIENCE)
+    assert not timer.is_alive(), "the expiry timer outlived close()"
+
+
+def test_a_wait_starting_on_a_closed_transport_queues_nothing(transport: Any, clock: ManualClock) -> None:
+    """``close()`` landing between a waiting claim's look at ``closed`` and its
+    start (``_wait_start``, see ``_waiting.py``): the record comes back
+    CLOSED, nothing is queued, claimed or woken, even with a message there."""
+    from leasequeue._waiting import CLOSED
+
+    transport.publish("g", "e")
+    transport.close()
+    woken = []
+    rec = transport._waiter("w", 30.0, 0, lambda: woken.append(1))
+    assert transport._wait_start(rec) is None
+    assert rec.state == CLOSED
+    assert transport._waiting_count() == 0 and transport.stats().leased == 0
+    assert transport._wait_end(rec, True) is None
+    assert woken == [] and transport._wake_counts() == (0, 0)
+    assert transport.claim("x", 1.0).seq == 1
 
 
 def test_worker_loop_ends_on_close(transport_cls: Any) -> None:
@@ -458,6 +529,55 @@ def test_a_claim_that_does_not_wait_takes_its_own_message_first(transport: Any) 
     assert w.result.group_id == "g"
 
 
+def _queued_record(t: Any, worker: str, min_priority: int = 0) -> Any:
+    """A waiting claim driven through the core's entry points (``_waiting.py``):
+    queued by ``_wait_start``; returns the record and the list its wakes
+    append to.  The caller must keep the record until it ends it with
+    ``_wait_end`` (or ``close()``): a queue holds it by a borrowed reference."""
+    woken: List[int] = []
+    rec = t._waiter(worker, 30.0, min_priority, lambda: woken.append(1))
+    assert t._wait_start(rec) is None, "something was claimable: the record did not queue"
+    return rec, woken
+
+
+@pytest.mark.parametrize("leaving", [(2, 3, 0, 5), (5, 4, 0, 1), (0, 1, 5, 2), (3, 2, 4, 1)])
+def test_waiting_claims_leaving_from_anywhere_keep_the_others_in_order(transport: Any, leaving: tuple) -> None:
+    """Claims leave the queue (deadline, interrupt) from its head, its tail
+    or its middle, one after another: the others keep their order, across
+    two floors, and a floor left empty is gone."""
+    records = [_queued_record(transport, f"w{i}", min_priority=i % 2) for i in range(6)]
+    for i in leaving:
+        assert transport._wait_end(records[i][0], True) is None
+    staying = [i for i in range(6) if i not in leaving]
+    assert transport._waiting_count() == 2
+    later = _queued_record(transport, "later", min_priority=1)
+    for n in range(3):
+        transport.publish(f"g{n}", n, priority=1)  # admitted by both floors
+    assert transport._waiting_count() == 0
+    got = [transport._wait_end(rec, True) for rec, _ in [records[i] for i in staying] + [later]]
+    assert [(lease.worker_id, lease.event) for lease in got] == [
+        (f"w{staying[0]}", 0), (f"w{staying[1]}", 1), ("later", 2)]
+    assert [len(woken) for _, woken in records] == [int(i in staying) for i in range(6)]
+    assert transport._wake_counts() == (3, 0)
+    transport.close()
+    assert transport._wake_counts() == (3, 0)  # nobody left to close
+
+
+def test_close_wakes_every_claim_left_in_every_floor(transport: Any) -> None:
+    records = [_queued_record(transport, f"w{i}", min_priority=i % 3) for i in range(7)]
+    assert transport._wait_end(records[3][0], True) is None  # floor 0's middle one left
+    transport.close()
+    assert transport._waiting_count() == 0
+    assert [len(woken) for _, woken in records] == [1, 1, 1, 0, 1, 1, 1]
+    assert transport._wake_counts() == (0, 6)
+    from leasequeue._waiting import CLOSED
+
+    assert [rec.state for rec, _ in records if rec is not records[3][0]] == [CLOSED] * 6
+    transport.publish("g", "e")
+    assert all(transport._wait_end(rec, True) is None for rec, _ in records)
+    assert transport.stats().leased == 0 and transport.claim("x", 1.0).seq == 1
+
+
 # -------------------------------------------------------------------- herd
 
 
@@ -488,6 +608,157 @@ def test_a_waiter_not_served_does_not_read_the_clock_again(transport: Any, clock
     assert sum(w.done() for w in waiters) == 1
     transport.close()
     joined(waiters)
+
+
+# ------------------------------------------------------ the transport's time
+
+
+def test_a_hand_off_runs_on_the_operations_time_which_never_runs_back(transport: Any, clock: ManualClock) -> None:
+    """A publish serving a waiting claim leases from its own clock reading,
+    which becomes the transport's time; a reading older than that time (the
+    clock turned back) is replaced by it, for the hand-off and after."""
+    [w] = start_waiters(transport, 1)  # queued at 1000
+    clock.advance(5.0)
+    transport.publish("g", "e")  # read only because a claim waits: 1005
+    joined([w])
+    assert w.result.expires_at == 1035.0
+    clock.set(1001.0)  # back: the transport keeps 1005
+    transport.publish("h", "f")
+    assert transport.claim("x", 1.0).expires_at == 1006.0
+    [w] = start_waiters(transport, 1)
+    transport.publish("i", "g")  # reads 1001, hands over at 1005
+    joined([w])
+    assert w.result.expires_at == 1035.0
+
+
+def test_a_waiting_claim_runs_on_the_transport_time_when_it_starts(transport: Any, clock: ManualClock) -> None:
+    """``claim(timeout=)`` reads the clock as ``claim`` does: a later reading
+    becomes the transport's time, an older one is replaced by it."""
+    transport.publish("g", "e")
+    clock.set(1010.0)
+    assert transport.claim("w", 100.0, timeout=5.0).expires_at == 1110.0  # at once, at 1010
+    clock.set(1002.0)
+    transport.publish("h", "f")
+    assert transport.claim("w", 100.0, timeout=5.0).expires_at == 1110.0  # 1002 is behind: 1010
+    clock.set(1020.0)
+    [w] = start_waiters(transport, 1)  # nothing claimable: queued, at 1020
+    clock.set(1015.0)
+    transport.publish("i", "e")
+    joined([w])
+    assert w.result.expires_at == 1050.0  # 1015 is behind the queueing's 1020
+
+
+def test_the_expiry_timer_keeps_the_transport_time_when_the_clock_went_back(transport: Any, clock: ManualClock) -> None:
+    """The expiry timer's reading is the transport's time when it is later,
+    and is replaced by it when the clock was turned back meanwhile."""
+    transport.publish("g", "e", priority=5)
+    transport.claim("crashed", 0.3)  # expires at 1000.3
+    [w] = start_waiters(transport, 1, min_priority=5)  # queued at 1000; the timer sleeps ~0.3 s
+    reads = clock.reads
+    clock.set(990.0)
+    until(lambda: clock.reads > reads, "the expiry timer looked")  # saw 990: nothing expired at 1000
+    assert w.is_alive()
+    transport.publish("h", "f")  # priority 0: not for the waiting claim
+    assert transport.claim("x", 1.0).expires_at == 1001.0  # the timer did not turn the time back
+    clock.set(1001.0)
+    joined([w])  # the timer hands "g" over at 1001
+    assert (w.result.group_id, w.result.attempt, w.result.expires_at) == ("g", 2, 1031.0)
+    clock.set(1000.5)
+    transport.publish("i", "e")
+    assert transport.claim("x", 1.0).expires_at == 1002.0  # the timer's 1001 became the time
+
+
+class OneBadRead:
+    """A manual clock whose next read (that one only) raises ``error``."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock()
+        self.error: Optional[BaseException] = None
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self.lock:
+            error, self.error = self.error, None
+        if error is not None:
+            raise error
+        return self.clock()
+
+
+@pytest.mark.parametrize("claimable", [False, True], ids=["nothing-claimable", "claimable"])
+def test_a_failed_clock_read_fails_the_waiting_claim_with_the_clocks_error(
+    transport: Any, clock: ManualClock, claimable: bool
+) -> None:
+    """A waiting claim reads the clock first: the clock's error (or the
+    transport's for a reading that is not a time) is the claim's, and
+    nothing is queued or leased."""
+    if claimable:
+        transport.publish("g", "e")
+
+    class Broke(Exception):
+        pass
+
+    for outcome, error in ((Broke("clock broke"), Broke), (math.nan, ValueError), ("noon", TypeError)):
+        with clock.misbehave(outcome):
+            with pytest.raises(error):
+                transport.claim("w", 1.0, timeout=5.0)
+            with pytest.raises(error):
+                asyncio.run(transport.aclaim("w", 1.0, timeout=5.0))
+        assert transport._waiting_count() == 0 and transport.stats().leased == 0
+    assert transport._wake_counts() == (0, 0)
+    lease = transport.claim("w", 1.0, timeout=5.0) if claimable else None
+    assert lease is None or (lease.seq, lease.attempt) == (1, 1)
+
+
+@pytest.mark.parametrize("error", [ValueError("clock broke"), KeyboardInterrupt()], ids=["error", "interrupt"])
+def test_a_failed_clock_read_for_a_waiting_claim_leaves_the_hand_off_to_the_expiry_timer(
+    transport_cls: Any, error: BaseException
+) -> None:
+    """A publish reads the clock only because a claim waits: when that read
+    fails, the message is published all the same (an ordinary error is not
+    the publish's, a ``KeyboardInterrupt`` is raised after), and the expiry
+    timer reads the clock itself and hands the message over."""
+    clock = OneBadRead()
+    t = transport_cls(clock=clock)
+    [w] = start_waiters(t, 1)
+    clock.error = error
+    if isinstance(error, Exception):
+        assert t.publish("g", "e") == 1
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            t.publish("g", "e")
+    assert clock.error is None  # the publish did read it
+    joined([w])
+    assert (w.result.seq, w.result.attempt, w.result.expires_at) == (1, 1, 1030.0)
+    assert len(t) == 1 and t.stats().leased == 1 and t._waiting_count() == 0
+    t.close()
+
+
+def test_while_a_claim_waits_each_operation_reads_the_clock_once(transport: Any, clock: ManualClock) -> None:
+    """docs/decisions.md: an operation that reads the clock anyway serves the
+    waiting claims with that reading (no second one); publish, ack and
+    nack(0) read it once, only because a claim waits."""
+    for i in range(3):
+        transport.publish(f"g{i}", i)
+    leases = [transport.claim("x", 30.0) for _ in range(3)]
+    rec, _ = _queued_record(transport, "waiter", min_priority=1)  # admits nothing here
+    cases = [
+        lambda: transport.claim("y", 1.0),
+        lambda: transport.stats(),
+        lambda: transport.extend(leases[0], 30.0),
+        lambda: transport.nack(leases[1], 5.0),
+        lambda: transport.claim_many("y", 1.0, 2),
+        lambda: transport.group("g0"),
+        lambda: transport.groups(),
+        lambda: transport.publish("h", "e"),
+        lambda: transport.ack(leases[2]),
+        lambda: transport.nack(transport.claim("z", 1.0, timeout=0)),
+    ]
+    for i, call in enumerate(cases):
+        before = clock.reads
+        call()
+        assert clock.reads - before == (2 if i == len(cases) - 1 else 1), f"case {i}"  # the last: a claim, then nack(0)
+    assert transport._waiting_count() == 1
+    assert transport._wait_end(rec, True) is None  # a queued record is ended by its owner (_waiting.py)
 
 
 # ------------------------------------------------------- interrupts, undo
@@ -802,6 +1073,67 @@ def test_the_expiry_timer_hands_off_an_expired_lease_under_a_manual_clock(transp
     assert (w.result.seq, w.result.attempt, w.result.expires_at) == (1, 2, clock.now + 30.0)
 
 
+def test_the_expiry_timer_watches_the_earliest_of_several_expiries(transport: Any, clock: ManualClock) -> None:
+    transport.publish("g", "e")
+    transport.publish("far", "e")
+    transport.claim("crashed", 0.3)  # g: expires at 1000.3
+    transport.claim("x", 10.0**6)  # far: much later
+    [w] = start_waiters(transport, 1)
+    clock.advance(1.0)  # and nothing else: the timer looks at 1000.3, not at the later one
+    joined([w])
+    assert (w.result.group_id, w.result.attempt, w.result.expires_at) == ("g", 2, clock.now + 30.0)
+
+
+def test_a_publish_for_a_waiting_claim_applies_the_expiries_it_finds(transport: Any, clock: ManualClock) -> None:
+    """A publish reads the clock because a claim waits: with that reading it
+    expires what ran out (the earliest of several locks here) and hands it to
+    the waiting claim before it returns, whatever the expiry timer does."""
+    transport.publish("g", "e", priority=5)
+    transport.publish("h", "e", priority=5)
+    transport.claim("crashed", 10.0)  # g: expires at 1010
+    transport.claim("x", 100.0)  # h: expires at 1100
+    [w] = start_waiters(transport, 1, min_priority=5)  # the timer sleeps ~10 s
+    clock.set(1050.0)
+    transport.publish("low", "e")  # not for the waiting claim; it reads 1050
+    assert transport._waiting_count() == 0 and transport._wake_counts() == (1, 0)
+    joined([w])
+    assert (w.result.group_id, w.result.attempt, w.result.expires_at) == ("g", 2, 1080.0)
+    assert transport.claim("y", 1.0).group_id == "low"
+
+
+def test_the_expiry_timer_sleeps_towards_the_next_expiry_after_firing(transport: Any, clock: ManualClock) -> None:
+    """After handing an expired lease over, the timer is armed afresh for the
+    next expiry a waiting claim needs (30 s away here): it does not keep
+    looking at the clock meanwhile."""
+    transport.publish("g", "e")
+    transport.claim("crashed", 0.3)
+    [w] = start_waiters(transport, 1)
+    clock.advance(1.0)
+    joined([w])  # the timer fired: g went to w0, its lease expires at 1031
+    [w] = start_waiters(transport, 1, timeout=None)  # nothing claimable: waits
+    reads = clock.reads
+    time.sleep(0.3)
+    assert clock.reads == reads, "the expiry timer looked at the clock with nothing due"
+    transport.close()
+    joined([w])
+
+
+def test_the_expiry_timer_changes_nothing_when_no_claim_waits(transport: Any, clock: ManualClock) -> None:
+    """The timer may fire after the claims it was armed for have gone (it is
+    not disarmed when they go): its ``_timer_fire`` (see ``_waiting.py``)
+    then reads the clock and changes nothing, not even the transport's time."""
+    transport.publish("g", "e")
+    transport.claim("crashed", 0.3)  # expires at 1000.3
+    clock.advance(5.0)
+    assert transport._timer_fire() == 1005.0  # what the timer does when it is due
+    assert transport._timer_due() == (math.inf, 1000.0)
+    clock.set(1000.1)  # g has not expired by the transport's time
+    transport.publish("h", "f")
+    lease = transport.claim("x", 1.0)
+    assert (lease.group_id, lease.expires_at) == ("h", 1001.1)
+    assert transport.stats().leased == 2
+
+
 def test_the_expiry_timer_does_not_spin_on_a_clock_that_stands_still(transport: Any, clock: ManualClock) -> None:
     transport.publish("g", "e")
     transport.claim("x", 0.0)  # expires_at == now: due, but never expired while the clock stands still
@@ -814,3 +1146,25 @@ def test_the_expiry_timer_does_not_spin_on_a_clock_that_stands_still(transport: 
     clock.advance(1.0)
     joined([w])
     assert w.result.attempt == 2
+
+
+
+def _timer_threads() -> set:
+    return {th for th in threading.enumerate() if th.name == "leasequeue-expiry-timer"}
+
+
+def test_the_expiry_timer_starts_only_when_a_waiting_claim_has_a_lock_to_watch(transport: Any) -> None:
+    """The expiry timer is a thread started on first use (``_waiting.py``): when a
+    claim waits while a lease or park could expire.  A claim that waits with
+    nothing leased or parked starts none; one that waits while a lease is out
+    starts exactly one (the same check, seen working)."""
+    before = _timer_threads()
+    assert transport.claim("w", 30.0, timeout=0.01) is None
+    transport.pause("g")
+    transport.publish("g", "e")  # held, but neither claimable nor leased
+    assert transport.claim("w", 30.0, timeout=0.01) is None
+    assert not (_timer_threads() - before), "a timer started with nothing to watch"
+    transport.publish("h", "f")
+    transport.claim("x", 30.0)  # a lease out: a waiting claim must watch its expiry
+    assert transport.claim("w", 30.0, timeout=0.01) is None
+    assert len(_timer_threads() - before) == 1

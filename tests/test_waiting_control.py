@@ -395,6 +395,27 @@ def test_group_and_groups_serve_what_their_expiry_freed(transport: Any, clock: M
     assert (w.got().group_id, w.got().attempt) == ("g", 2)
 
 
+@pytest.mark.parametrize("operation", ["group", "groups", "claim_many"])
+def test_expiry_seen_by_group_groups_or_claim_many_is_handed_over_before_it_returns(
+    transport: Any, clock: ManualClock, operation: str
+) -> None:
+    """The hand-off happens in the call itself, not later by the expiry timer:
+    the lease ran for an hour, so the timer sleeps for an hour of real time."""
+    transport.publish("g", "e")
+    transport.claim("crashed", 3600.0)
+    rec = Record(transport)
+    clock.advance(3601.0)
+    calls = {
+        "group": lambda: transport.group("unknown"),
+        "groups": lambda: [info.group_id for info in transport.groups()],
+        "claim_many": lambda: transport.claim_many("batch", 10.0, 5, min_priority=INT64_MAX),
+    }
+    assert calls[operation]() == {"group": None, "groups": ["g"], "claim_many": []}[operation]
+    assert rec.woken == 1
+    lease = rec.keep()
+    assert (lease.group_id, lease.attempt, lease.worker_id, lease.expires_at) == ("g", 2, "waiter", 4631.0)
+
+
 # ------------------------------------------------------ clock reads, close()
 
 

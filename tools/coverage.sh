@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Branch coverage of the pure twin (_inmemory_py and the modules it imports),
 # subprocesses and threads included, failing below the floor `fail_under` in
-# pyproject.toml (tests/coverage_floor.py).  Opt-in, not in the README's test
-# command: the tracer makes the suite about three times slower.
+# pyproject.toml (tests/coverage_floor.py).  CI measures the same during its
+# run of the README's test command (.ci/run sets LEASEQUEUE_COVERAGE=1); this
+# script is the quicker way to the figure from a checkout.
 #
 # The Cython variants are skipped (LEASEQUEUE_NO_EXTENSIONS=1: they execute
 # none of the measured code) and the PostgreSQL tests are not run (their

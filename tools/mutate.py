@@ -72,11 +72,31 @@ first, which is where their mutants die::
 * pause, resume, purge, set_priority (lines 898-1015): 183 mutants run,
   152 killed, 31 survived; then 12 of those killed by
   test_faults_part2.py::test_finaliser_in_the_middle_of_a_new_operation...,
-  15 listed as equivalent, 4 still surviving: ``self._busy = True`` ->
-  ``pass``/``False`` in ``resume`` and ``purge``.  Only a finaliser run by
-  the garbage collector inside them could tell, and their allocations under
-  the lock come from free lists, which do not start a collection: no test
-  makes one land there on purpose.
+  15 listed as equivalent, and the last 4 (``self._busy = True`` ->
+  ``pass``/``False`` in ``resume`` and ``purge``) killed by
+  test_faults_part2.py::test_finaliser_inside_resume_or_purge_is_refused,
+  which makes the collection land where they allocate a counted object
+  under the lock (purge compacting a heap, resume shrinking the group table).
+* Lease .. _view, __init__, publish, claim (not its waiting part), ack,
+  nack, extend, stats (``--changed-since 5033c03 --lines 1-439,582-687,
+  692-897``; 302 mutants; the subset test_edges, test_inmemory_specifics,
+  test_control_plane, test_batches, test_memory_bounds,
+  test_contract_inmemory, test_invariants, ``--timeout 60``): 242 killed,
+  11 timeouts, 49 survived.  Of the timeouts, 5 are real endless loops,
+  ``_NO_WAIT``'s two are killed by test_parity.py (needs the extension) and
+  4 are equivalents that ran the whole subset.  Of the survivors, 6 are
+  killed by new tests (test_edges.py::test_round_robin_while_priority_levels_come_and_go,
+  test_waiting.py::test_the_expiry_timer_starts_only_when_a_waiting_claim_has_a_lock_to_watch,
+  test_memory_bounds.py::test_pause_resume_churn_after_many_claims_does_not_grow_memory),
+  4 by test_waiting.py (outside the subset), 27 listed as equivalent; 12
+  still survive: claim/extend/stats' ``if self._nwaiting:`` -> ``True``
+  (differs only while orphan waiter records exist), extend's serving
+  (``False``/``not``/``pass``: test_waiting.py's
+  test_other_clock_reading_operations_serve_waiters[extend] kills them only
+  when the expiry timer does not serve the waiter first) and nack's
+  ``now if delay > 0.0 else None`` (6 variants: whether nack(0) reads the
+  clock to serve a waiter).  ``_validation.py`` (192), ``_types.py`` (4)
+  and ``_waiting.py`` (236 mutants, all changed since 0.1.0) not run yet.
 * set_priority's end, group, groups, publish_many, claim_many (lines
   1016-1127, ``--lines 1016-1192`` stopped after 181 of its 278 mutants):
   128 killed, 53 survived; 2 of those then killed by
@@ -94,10 +114,61 @@ first, which is where their mutants die::
   or _ack_current's compaction thresholds (memory only); two behaviour
   changes among them (``head = 0`` -> ``1``/``-1`` after compaction) are now
   killed by test_batches.py::test_ack_many_through_a_long_group_keeps_its_order.
-* Not run yet: the batch and control-plane helpers (``_add_batch`` ..
-  ``_purge``) and the waiting section (lines 1672-1977); the full default
+* group .. ack_many and the helpers ``_current`` .. ``_purge`` (lines
+  1027-1192 and 1268-1671 at 992ce5c, changed lines only:
+  ``--changed-since 5033c03 --lines 1027-1192,1268-1671``, 636 mutants; this
+  supersedes the two bullets above for those lines).  137 detected by the
+  previous run (``--lines 1128-1264,1386-1432``) and not run again (133
+  killed, 4 timeouts); the other 499 with
+  the ARGS above but test_faults_part2.py replaced by its profiler-hook test
+  (``--jobs 2``; 39 failure-path mutants of claim_many and _add_batch only
+  against the new fault tests): 279 killed, 181 survived.  Then the
+  survivors against the new tests (``--all-tests`` with
+  ``-k "profiler or taken_back_whole or ..."`` over test_faults_part2,
+  test_control_plane, test_waiting_control, test_batches): in all 541
+  killed, 4 timeouts, 88 listed as equivalent (fast paths, compaction
+  thresholds, empty levels left behind: memory only), 3 surviving:
+  ``if self._nwaiting:`` -> ``if True:`` in group, groups and claim_many.
+  They serve with no claim waiting, which differs only when a waiting
+  claim's record was orphaned (ended from user code nested in an
+  operation, ``_wait_end``): serving then ends it at once rather than at the
+  next serving with a claim waiting (the waiting section's business).
+  A profiler hook (``sys.setprofile``) is how the new tests reach inside an
+  operation for sure (the busy guards, failures at the k-th item or claim,
+  failed allocations); coverage does not trace code run inside a hook, so
+  the per-test line selection reports such mutants as "no test executes
+  this line": check those with ``--all-tests``.  (That test,
+  test_faults_part2.py::test_a_profiler_hook_inside_an_operation_may_only_publish,
+  also kills the 4 ``self._busy = True`` survivors of resume and purge
+  above.)
+* Not run yet: the waiting section (lines 1672-1977); the full default
   subset per mutant did not fit a session (its baseline alone ran over
   10 minutes on the loaded machine).
+* The waiting section (branch mutwait): ``--changed-since 5033c03 --lines
+  440-555,697-704,740-745,1206-1260,1672-2000`` selects 546 mutants (60 of
+  them listed as equivalent).  Run with the ARGS above replaced by
+  ``-k "not cython and not keyboard_interrupt_in_a_woken_thread"
+  tests/test_waiting.py tests/test_waiting_control.py
+  tests/test_faults_part2.py::test_finaliser_in_the_middle_of_serving_waiting_claims
+  tests/test_faults_part2.py::test_finaliser_in_the_middle_of_a_new_operation_may_only_publish
+  tests/test_edges.py tests/test_batches.py tests/test_control_plane.py``,
+  ``--jobs 1 --timeout 120 --skip-equivalent``, two runs at once over
+  ``--lines 1672-1839`` and ``--lines 1840-2000``, both stopped at the time
+  box: 110 mutants, 88 killed, 8 timeouts, 8 survived, 6 skipped as
+  equivalent.  Of the survivors 6 are now listed as equivalent, 1 killed
+  (``_serve_waiters`` reading the clock again), 1 left: ``if
+  self._nwaiting or False`` in ``_serve_waiters`` (an orphan nested in an
+  operation and a claim leaving at once).  3 timeouts are probably slow
+  survivors (survivors ran 60-95 s for ~80 tests): ``_arm_timer``'s ``if
+  expiry and True`` / ``expiry[-1][0]`` / ``expiry[0][1]``.  Earlier,
+  shorter runs killed aclaim's argument checks and default floor, close's
+  timer poke and the clock-failure paths with the tests added then.  Not
+  reached: the rest of ``_serve_locked`` .. ``_dequeue`` and ``_end_locked``
+  .. ``_wait_end``, aclaim/close, claim's serving lines.  The baseline
+  crawls in test_keyboard_interrupt_in_a_woken_thread_undoes_its_hand_off
+  under the coverage tracer (a pending async exception makes every thread
+  give up the GIL at each check): 20+ minutes on the loaded machine, hence
+  deselected.
 
 Equivalents file format: blocks separated by blank lines, ``key: value``
 lines; ``file``, ``in`` (enclosing function), ``before`` and ``after`` (the
@@ -753,7 +824,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--lines", action="append", default=[], metavar="A-B",
                         help="only mutants touching these lines (repeatable; A-B,C-D)")
     parser.add_argument("--changed-since", metavar="REF",
-                        help="only mutants on lines changed since the branch left REF (its merge base with HEAD)")
+                        help="only mutants on lines changed since the branch left REF (its merge base with HEAD); "
+                             "with --lines, only the changed lines within those ranges")
     parser.add_argument("--op", action="append", default=[], help="only these operators (repeatable)")
     parser.add_argument("--mutant", action="append", default=[], type=int, metavar="ID", help="only these mutant ids")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
@@ -788,15 +860,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             originals[rel] = f.read()
     total = len(mutants)
     ranges = parse_ranges(args.lines)
+    changed: Optional[Dict[str, List[Tuple[int, int]]]] = None  # per file
     if args.changed_since:
-        for rel in originals:
-            ranges += changed_lines(rel, args.changed_since)
-        if not ranges:
+        changed = {rel: changed_lines(rel, args.changed_since) for rel in originals}
+        if not any(changed.values()):
             print(f"no lines changed since {args.changed_since}")
             return 0
-    selected = [
+    selected = [  # --lines and --changed-since both restrict: a mutant must pass each given
         m for m in mutants
-        if (not ranges or in_ranges(m, ranges)) and (not args.op or m.op in args.op)
+        if (not ranges or in_ranges(m, ranges)) and (changed is None or in_ranges(m, changed[m.file]))
+        and (not args.op or m.op in args.op)
         and (not args.mutant or m.id in args.mutant)
     ]
     equivalents = load_equivalents(args.equivalents)
@@ -897,7 +970,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    return report(selected, results, originals, equivalents, partial=bool(ranges or args.op or args.mutant),
+    partial = bool(ranges or changed or args.op or args.mutant)
+    return report(selected, results, originals, equivalents, partial=partial,
                   json_path=args.json)
 
 

@@ -1701,6 +1701,7 @@ class InMemoryTransport:
                         else:
                             self._time = now
                         self._serve_locked(now, chain)
+                        self._serve_nested(now, chain)
             finally:
                 self._settle()
         self._wake(chain)
@@ -1734,6 +1735,19 @@ class InMemoryTransport:
             if self._promise(best, chain):
                 self._wakeups[0] += 1
         self._arm_timer()
+
+    def _serve_nested(self, now: float, chain: List[_Waiter]) -> None:
+        """After ``_serve_locked`` (lock held): user code that the garbage
+        collector ran in the middle of it (a finaliser) may have published
+        (held in ``_pending`` until the operation ends, see ``publish``),
+        closed the transport (see ``close``) or ended a wait (``_orphans``,
+        see ``_wait_end``); nobody would serve the waiting claims for that
+        afterwards, so serve again until none of it is left."""
+        while self._orphans or (self._nwaiting and (self._pending or self._closed)):
+            pending = self._pending
+            while pending:
+                self._add(*pending.pop(0))
+            self._serve_locked(now, chain)
 
     def _hand_off(self, w: _Waiter, now: float) -> None:
         """Claim for ``w`` (queued; some ready group admits it) as ``claim``
@@ -1909,6 +1923,7 @@ class InMemoryTransport:
                     self._enqueue(w)
                     w.pending = True  # its owner is running this: no wake for it
                     self._serve_locked(now, chain)
+                    self._serve_nested(now, chain)
                     if w.state == _W_WAITING:
                         w.pending = False
             finally:
@@ -1936,6 +1951,7 @@ class InMemoryTransport:
                     else:
                         self._time = now
                     self._serve_locked(now, chain)  # arms the timer again if claims still wait
+                    self._serve_nested(now, chain)
                 self._poke = False  # this is the timer: it knows
             finally:
                 self._settle()
@@ -1960,6 +1976,7 @@ class InMemoryTransport:
             self._busy = True
             try:
                 kept = self._end_locked(w, keep, chain)
+                self._serve_nested(self._time, chain)
             finally:
                 self._settle()
         self._wake(chain)

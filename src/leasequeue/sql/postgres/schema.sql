@@ -342,7 +342,8 @@ DECLARE
     v_level bigint;
     v_seq bigint;
     v_payload bytea;
-    v_done boolean := false;
+    v_batch refcursor;
+    v_batching boolean := false;
 BEGIN
     IF p_now IS NULL THEN
         v_now := extract(epoch FROM clock_timestamp())::double precision;
@@ -353,70 +354,71 @@ BEGIN
                WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < v_now) THEN
         PERFORM leasequeue.expire(p_queue, v_now);
     END IF;
-    -- First take (lock) the groups, then read the time, then lease.
     IF p_count > 1 THEN
         -- A batch whose floor admits every ready group: the p_count ready
         -- groups with the smallest keys, in one index walk, are exactly what
         -- p_count successive claims take (each claimed group moves to the
-        -- back).  The loop below would walk past the rows this transaction
-        -- already took at every step.
+        -- back).  The search below would walk past the rows this transaction
+        -- already claimed at every step.
         SELECT g.priority INTO v_lowest FROM leasequeue.groups g
         WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
         ORDER BY g.priority LIMIT 1;
         IF FOUND AND v_lowest >= p_min_priority THEN
-            FOR v_g IN
+            OPEN v_batch FOR
                 SELECT * FROM leasequeue.groups g
                 WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
                 ORDER BY g.rr_key LIMIT p_count
-                FOR UPDATE SKIP LOCKED
-            LOOP
-                v_taken := v_taken || v_g;
-                v_n := v_n + 1;
-            END LOOP;
-            v_done := true;  -- fewer than p_count: nothing else is claimable now
+                FOR UPDATE SKIP LOCKED;
+            v_batching := true;
         END IF;
     END IF;
-    WHILE v_n < p_count AND NOT v_done LOOP
-        -- The groups already taken are still "ready" in the table (they
-        -- are leased below): each has a priority >= the floor, so they do
-        -- not change which way the next group is looked for.
-        SELECT g.priority INTO v_lowest FROM leasequeue.groups g
-        WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-        ORDER BY g.priority LIMIT 1;
-        EXIT WHEN NOT FOUND;
-        v_got := false;
-        IF v_lowest >= p_min_priority THEN
-            -- The floor admits every ready group: one walk of the ready index.
-            SELECT * INTO v_g FROM leasequeue.groups g
-            WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-              AND g.group_id <> ALL (v_ids)
-            ORDER BY g.rr_key LIMIT 1
-            FOR UPDATE SKIP LOCKED;
-            v_got := FOUND;
+    -- First take (lock) the groups, then read the time, then lease them.
+    WHILE v_n < p_count LOOP
+        IF v_batching THEN
+            FETCH v_batch INTO v_g;
+            EXIT WHEN NOT FOUND;  -- nothing else is claimable now
         ELSE
-            -- Visit each priority level >= the floor (a loose index scan) and
-            -- keep the best head of each: O(L log G) for L levels.
-            SELECT g.priority INTO v_level FROM leasequeue.groups g
+            -- The groups already taken are still "ready" in the table (they
+            -- are leased below): each has a priority >= the floor, so they
+            -- do not change which way the next group is looked for.
+            SELECT g.priority INTO v_lowest FROM leasequeue.groups g
             WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-              AND g.priority >= p_min_priority
             ORDER BY g.priority LIMIT 1;
-            WHILE FOUND LOOP
-                SELECT * INTO v_c FROM leasequeue.groups g
+            EXIT WHEN NOT FOUND;
+            v_got := false;
+            IF v_lowest >= p_min_priority THEN
+                -- The floor admits every ready group: one walk of the ready index.
+                SELECT * INTO v_g FROM leasequeue.groups g
                 WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-                  AND g.priority = v_level AND g.group_id <> ALL (v_ids)
+                  AND g.group_id <> ALL (v_ids)
                 ORDER BY g.rr_key LIMIT 1
                 FOR UPDATE SKIP LOCKED;
-                IF FOUND AND (NOT v_got OR v_c.rr_key < v_g.rr_key) THEN
-                    v_g := v_c;
-                    v_got := true;
-                END IF;
+                v_got := FOUND;
+            ELSE
+                -- Visit each priority level >= the floor (a loose index scan) and
+                -- keep the best head of each: O(L log G) for L levels.
                 SELECT g.priority INTO v_level FROM leasequeue.groups g
                 WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-                  AND g.priority > v_level
+                  AND g.priority >= p_min_priority
                 ORDER BY g.priority LIMIT 1;
-            END LOOP;
+                WHILE FOUND LOOP
+                    SELECT * INTO v_c FROM leasequeue.groups g
+                    WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                      AND g.priority = v_level AND g.group_id <> ALL (v_ids)
+                    ORDER BY g.rr_key LIMIT 1
+                    FOR UPDATE SKIP LOCKED;
+                    IF FOUND AND (NOT v_got OR v_c.rr_key < v_g.rr_key) THEN
+                        v_g := v_c;
+                        v_got := true;
+                    END IF;
+                    SELECT g.priority INTO v_level FROM leasequeue.groups g
+                    WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                      AND g.priority > v_level
+                    ORDER BY g.priority LIMIT 1;
+                END LOOP;
+            END IF;
+            EXIT WHEN NOT v_got;
         END IF;
-        EXIT WHEN NOT v_got;
         v_taken := v_taken || v_g;
         v_ids := v_ids || v_g.group_id;
         v_n := v_n + 1;
