@@ -149,7 +149,8 @@ def test_many_processes_killed_and_a_server_crash(own_server: Any, queue_name: s
             ack_started = acking.get((s1, a1), float("inf"))
             assert c2 > e1 or c2 >= ack_started - 0.001, (
                 f"group {group}: lease of {s2} (attempt {a2}) granted at {c2} while {s1} (attempt {a1}) "
-                f"was live until {e1}, ack started {ack_started}")
+                f"was live until {e1}, ack started {ack_started}; the group's leases (granted, ends, seq, "
+                f"attempt, ack started): {[(c, e, s, a, acking.get((s, a))) for c, e, s, a, _i in leases]}")
             assert s2 >= s1, f"group {group}: FIFO broken, {s2} delivered after {s1}"
             if s2 == s1:
                 assert a2 > a1

@@ -313,6 +313,16 @@ END $$;
 -- Up to p_count successive claims at one time (claim: p_count = 1).  Each
 -- serves the ready group with the smallest round-robin key among those with
 -- priority >= p_min_priority, skipping rows another transaction holds.
+--
+-- The time of the leases is read once the claim holds every group it
+-- takes.  The reading taken first (which frees the expired locks) may be
+-- older than an operation that committed on one of those groups while this
+-- claim was held up between the two (a busy server): a lease made at it
+-- would begin "before" the previous lease of its group and could even be
+-- over before it was granted (docs/decisions.md, "The transport's time
+-- never runs backwards"; tests/postgres/test_pg_claim_time.py).  Reading
+-- later only moves the time forward, so the locks freed at the first
+-- reading are expired at the second too.
 CREATE OR REPLACE FUNCTION leasequeue.claim(p_queue int, p_worker text, p_visibility double precision,
                                             p_min_priority bigint, p_now double precision, p_count int,
                                             p_report boolean, p_token bigint)
@@ -325,6 +335,8 @@ DECLARE
     v_n int := 0;
     v_g leasequeue.groups%ROWTYPE;
     v_c leasequeue.groups%ROWTYPE;
+    v_taken leasequeue.groups[] := '{}';  -- the groups this call leases, locked, in claim order
+    v_ids text[] := '{}';                 -- their ids
     v_got boolean;
     v_lowest bigint;
     v_level bigint;
@@ -337,7 +349,6 @@ BEGIN
         v_now := extract(epoch FROM clock_timestamp())::double precision;
     ELSE
         v_now := leasequeue.time_now(p_queue, p_now);
-        PERFORM leasequeue.time_used(p_queue, p_now, v_now);
     END IF;
     IF EXISTS (SELECT 1 FROM leasequeue.groups e
                WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < v_now) THEN
@@ -361,11 +372,15 @@ BEGIN
             v_batching := true;
         END IF;
     END IF;
+    -- First take (lock) the groups, then read the time, then lease them.
     WHILE v_n < p_count LOOP
         IF v_batching THEN
             FETCH v_batch INTO v_g;
             EXIT WHEN NOT FOUND;  -- nothing else is claimable now
         ELSE
+            -- The groups already taken are still "ready" in the table (they
+            -- are leased below): each has a priority >= the floor, so they
+            -- do not change which way the next group is looked for.
             SELECT g.priority INTO v_lowest FROM leasequeue.groups g
             WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
             ORDER BY g.priority LIMIT 1;
@@ -375,6 +390,7 @@ BEGIN
                 -- The floor admits every ready group: one walk of the ready index.
                 SELECT * INTO v_g FROM leasequeue.groups g
                 WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+                  AND g.group_id <> ALL (v_ids)
                 ORDER BY g.rr_key LIMIT 1
                 FOR UPDATE SKIP LOCKED;
                 v_got := FOUND;
@@ -388,7 +404,7 @@ BEGIN
                 WHILE FOUND LOOP
                     SELECT * INTO v_c FROM leasequeue.groups g
                     WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
-                      AND g.priority = v_level
+                      AND g.priority = v_level AND g.group_id <> ALL (v_ids)
                     ORDER BY g.rr_key LIMIT 1
                     FOR UPDATE SKIP LOCKED;
                     IF FOUND AND (NOT v_got OR v_c.rr_key < v_g.rr_key) THEN
@@ -403,6 +419,24 @@ BEGIN
             END IF;
             EXIT WHEN NOT v_got;
         END IF;
+        v_taken := v_taken || v_g;
+        v_ids := v_ids || v_g.group_id;
+        v_n := v_n + 1;
+    END LOOP;
+    IF v_n > 0 THEN
+        -- Every operation on these groups before this claim has committed
+        -- (this transaction holds their rows): a reading now is not older
+        -- than any of them.
+        IF p_now IS NULL THEN
+            v_now := GREATEST(v_now, extract(epoch FROM clock_timestamp())::double precision);
+        ELSE
+            v_now := GREATEST(v_now, leasequeue.time_now(p_queue, p_now));
+        END IF;
+    END IF;
+    IF p_now IS NOT NULL THEN
+        PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    END IF;
+    FOREACH v_g IN ARRAY v_taken LOOP
         SELECT m.seq, m.payload INTO v_seq, v_payload FROM leasequeue.messages m
         WHERE m.queue = p_queue AND m.group_id = v_g.group_id
         ORDER BY m.seq LIMIT 1;
@@ -425,7 +459,6 @@ BEGIN
         prev_open := v_g.open;
         prev_worker := v_g.lease_worker;
         RETURN NEXT;
-        v_n := v_n + 1;
     END LOOP;
     IF p_report AND v_n < p_count THEN
         -- For a waiting claim that got nothing: one more row (seq NULL) with
