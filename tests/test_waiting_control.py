@@ -521,3 +521,38 @@ def test_a_wait_ended_inside_another_operation_is_undone_as_it_ends(impl: Any, o
     assert t.stats().leased == 0
     lease = t.claim("x", 10.0)
     assert (lease.group_id, lease.attempt) == ("g", 1)
+
+
+@pytest.mark.parametrize("operation", ["publish", "stats", "groups"])
+def test_a_wait_ended_inside_another_operation_goes_to_the_next_waiting_claim(impl: Any, operation: str) -> None:
+    """As above with a second claim waiting: the lease the first one gives
+    back goes to the second, attempt 1, which is woken (its wake callback
+    runs) by the time the operation returns."""
+    import sys
+
+    t = impl.InMemoryTransport(clock=ManualClock())
+    woken: List[str] = []
+    first = t._waiter("w1", 30.0, 0, lambda: woken.append("w1"))
+    second = t._waiter("w2", 30.0, 0, lambda: woken.append("w2"))
+    assert t._wait_start(first) is None and t._wait_start(second) is None
+    t.publish("g", "e")  # handed to the first
+    assert woken == ["w1"] and t._waiting_count() == 1
+    calls = {"publish": lambda: t.publish("g", "f"), "stats": t.stats, "groups": t.groups}  # nothing claimable
+    ended: List[Any] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (event == "call" and not ended and frame.f_code.co_name == "_settle"
+                and frame.f_globals.get("__name__") == impl.__name__):
+            ended.append(t._wait_end(first, False))
+
+    sys.setprofile(hook)
+    try:
+        calls[operation]()
+    finally:
+        sys.setprofile(None)
+    if not impl.__name__.endswith("_py"):  # no Python code under the Cython lock
+        assert not ended
+        assert t._wait_end(first, False) is None
+    lease = t._wait_end(second, True)
+    assert woken[-1] == "w2" and t._waiting_count() == 0
+    assert (lease.seq, lease.group_id, lease.worker_id, lease.attempt) == (1, "g", "w2", 1)
