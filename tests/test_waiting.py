@@ -1170,3 +1170,23 @@ def test_the_expiry_timer_starts_only_when_a_waiting_claim_has_a_lock_to_watch(t
     transport.claim("x", 30.0)  # a lease out: a waiting claim must watch its expiry
     assert transport.claim("w", 30.0, timeout=0.01) is None
     assert len(_timer_threads() - before) == 1
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5])
+def test_nack_serving_a_waiting_claim_reads_the_clock_once(transport: Any, clock: ManualClock, delay: float) -> None:
+    """``nack(0)`` reads no clock of its own: the serving of a waiting claim
+    that follows reads it (the hand-off runs at that reading); ``nack`` with a
+    delay reads it once, and the serving uses that reading."""
+    transport.publish("g", "e")
+    lease = transport.claim("a", 10.0)  # at 1000
+    rec = transport._waiter("w", 30.0, 0, lambda: None)
+    assert transport._wait_start(rec) is None  # nothing claimable: queued
+    clock.set(1010.0)
+    reads = clock.reads
+    transport.nack(lease, delay)
+    assert clock.reads == reads + 1
+    handed = transport._wait_end(rec, True)
+    if delay == 0.0:
+        assert handed is not None and (handed.seq, handed.attempt, handed.expires_at) == (1, 2, 1040.0)
+    else:  # parked until 1010.5: nothing for the waiting claim yet
+        assert handed is None
