@@ -1190,3 +1190,40 @@ def test_nack_serving_a_waiting_claim_reads_the_clock_once(transport: Any, clock
         assert handed is not None and (handed.seq, handed.attempt, handed.expires_at) == (1, 2, 1040.0)
     else:  # parked until 1010.5: nothing for the waiting claim yet
         assert handed is None
+
+
+@pytest.mark.parametrize("operation", ["extend", "stats", "group"])
+def test_a_clock_reading_operation_serves_what_its_reading_expired(transport_cls: Any, operation: str) -> None:
+    """As test_other_clock_reading_operations_serve_waiters, with the expiry
+    timer kept out: its clock reads block until the end (only the test's own
+    thread reads through), so the hand-off can only come from the operation's
+    serving."""
+    manual = ManualClock()
+    released = threading.Event()
+    main = threading.get_ident()
+
+    def clock() -> float:
+        if threading.get_ident() != main:
+            released.wait(PATIENCE)  # the expiry timer waits here until the end
+        return manual()
+
+    t = transport_cls(clock=clock)
+    try:
+        t.publish("g", "e")
+        t.publish("h", "f")
+        t.claim("crashed", 100.0)  # g, until 1100
+        other = t.claim("x", 500.0)  # h
+        rec = t._waiter("w", 30.0, 0, lambda: None)
+        assert t._wait_start(rec) is None  # queued: nothing claimable
+        manual.set(1101.0)
+        if operation == "extend":
+            t.extend(other, 500.0)
+        elif operation == "stats":
+            t.stats()
+        else:
+            t.group("h")
+        handed = t._wait_end(rec, True)
+        assert handed is not None and (handed.group_id, handed.attempt, handed.expires_at) == ("g", 2, 1131.0)
+    finally:
+        released.set()
+        t.close()
