@@ -146,7 +146,13 @@ first, which is where their mutants die::
   self._nwaiting:`` -> ``if True:`` mutants of extend, stats, group, groups
   and claim_many are equivalent (listed); ``_settle``'s new line: 10
   mutants, 9 killed by test_waiting_control.py's
-  test_a_wait_ended_inside_another_operation_* tests, 1 equivalent.
+  test_a_wait_ended_inside_another_operation_* tests, 1 equivalent.  The
+  other survivors of the Part 1 bullet are killed now: nack's six by
+  test_waiting.py::test_nack_serving_a_waiting_claim_reads_the_clock_once,
+  extend's three by
+  test_waiting.py::test_a_clock_reading_operation_serves_what_its_reading_expired
+  (the expiry timer kept out, so they die every time).  Still surviving of
+  everything run: 1 (``_serve_waiters``' ``if self._nwaiting or False``).
 * Not run yet: most of the waiting section (see the next bullet),
   ``_validation.py`` (192 mutants), ``_types.py`` (4), ``_waiting.py``
   (236); the full default subset per mutant did not fit a session (its
