@@ -1227,3 +1227,19 @@ def test_a_clock_reading_operation_serves_what_its_reading_expired(transport_cls
     finally:
         released.set()
         t.close()
+
+
+def test_the_expiry_timer_is_armed_for_the_earliest_expiry(transport: Any, clock: ManualClock) -> None:
+    """While a claim waits, the expiry timer is armed for the earliest lock
+    end: a lease taken later that ends sooner brings it forward."""
+    transport.publish("a", "x")
+    transport.publish("b", "y")
+    transport.claim("w1", 20.0)  # a, until 1020
+    rec = transport._waiter("w", 30.0, 5, lambda: None)  # a floor nothing reaches
+    try:
+        assert transport._wait_start(rec) is None
+        assert transport._timer_due()[0] == 1020.0
+        transport.claim("w2", 10.0)  # b, until 1010: sooner
+        assert transport._timer_due()[0] == 1010.0
+    finally:
+        assert transport._wait_end(rec, False) is None
