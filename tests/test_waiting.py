@@ -1243,3 +1243,59 @@ def test_the_expiry_timer_is_armed_for_the_earliest_expiry(transport: Any, clock
         assert transport._timer_due()[0] == 1010.0
     finally:
         assert transport._wait_end(rec, False) is None
+
+
+def _many_leases_at_time_zero(transport_cls: Any, clock: ManualClock, leases: int) -> Any:
+    """A transport on ``clock`` (at 0) that has granted ``leases`` leases: the
+    expiry bookkeeping's counters are then larger than the clock times, so a
+    test tells a lock's end time from any count kept beside it."""
+    clock.set(0.0)
+    t = transport_cls(clock=clock)
+    for _ in range(leases):
+        t.publish("warm-up", None)
+        t.ack(t.claim("w0", 0.25))
+    clock.set(1.0)
+    assert t.stats().leased == 0  # past every lock end those leases had
+    return t
+
+
+def test_the_expiry_timer_is_armed_for_the_earliest_expiry_at_any_lease_count(
+    transport_cls: Any, clock: ManualClock
+) -> None:
+    """The timer is brought forward by the lock's end time, not by anything
+    else kept with it: after many leases, on a clock near 0."""
+    with _many_leases_at_time_zero(transport_cls, clock, 40) as t:
+        t.publish("a", "x")
+        t.publish("b", "y")
+        t.claim("w1", 20.0)  # a, until 21
+        rec = t._waiter("w", 30.0, 5, lambda: None)  # a floor nothing reaches
+        try:
+            assert t._wait_start(rec) is None
+            assert t._timer_due()[0] == 21.0
+            t.claim("w2", 10.0)  # b, until 11: sooner
+            assert t._timer_due()[0] == 11.0
+        finally:
+            assert t._wait_end(rec, False) is None
+
+
+def test_serving_a_waiting_claim_frees_an_expired_lease_at_any_lease_count(
+    transport_cls: Any, clock: ManualClock
+) -> None:
+    """An operation that serves waiting claims frees the leases its clock
+    reading finds expired, and hands their messages on (here publish, which
+    reads the clock only to serve): after many leases, on a clock near 0."""
+    from leasequeue._waiting import HANDED
+
+    with _many_leases_at_time_zero(transport_cls, clock, 40) as t:
+        t.publish("g", "a")
+        t.claim("w1", 2.0)  # g, until 3
+        rec = t._waiter("w2", 30.0, 0, lambda: None)
+        try:
+            assert t._wait_start(rec) is None  # g is leased: it waits
+            clock.set(5.0)  # the lease is over
+            t.publish("g", "b")
+            assert rec.state == HANDED
+            lease = t._wait_end(rec, True)
+            assert (lease.group_id, lease.event, lease.attempt) == ("g", "a", 2)
+        finally:
+            t._wait_end(rec, False)
