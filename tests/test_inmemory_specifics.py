@@ -239,3 +239,26 @@ def test_cycles_through_held_events_are_collected(make_transport: Callable[..., 
     del t, event, lease
     gc.collect()
     assert alive() is None
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda t, lease: t.claim("w", float("nan")), "visibility must not be NaN"),
+        (lambda t, lease: t.claim("w", -1), "visibility must be >= 0, not -1"),
+        (lambda t, lease: t.extend(lease, float("nan")), "visibility must not be NaN"),
+        (lambda t, lease: t.extend(lease, -0.5), "visibility must be >= 0, not -0.5"),
+        (lambda t, lease: t.nack(lease, float("nan")), "delay must not be NaN"),
+        (lambda t, lease: t.nack(lease, -(10**400)), "delay must be >= 0, not -1000"),
+    ],
+    ids=["claim-nan", "claim-negative", "extend-nan", "extend-negative", "nack-nan", "nack-huge-negative"],
+)
+def test_a_bad_duration_says_what_is_wrong_with_it(transport: Any, call: Callable[..., Any], message: str) -> None:
+    """NaN and a negative duration are both ValueError: the message tells
+    which, and names the argument (and the value, when it is a number)."""
+    transport.publish("g", "e")
+    lease = transport.claim("w", 10)
+    with pytest.raises(ValueError) as caught:
+        call(transport, lease)
+    assert str(caught.value).startswith(message)
+    transport.ack(lease)  # unchanged: still current

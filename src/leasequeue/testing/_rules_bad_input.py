@@ -19,8 +19,7 @@ from typing import Any, Callable, Dict, List, NamedTuple
 import pytest
 
 from .._errors import LeaseLost
-from .._validation import INT64_MAX, INT64_MIN
-from ._contract_base import ContractBase, ContractClock, MakeTransport, fingerprint
+from ._contract_base import INT64_MAX, INT64_MIN, ContractBase, ContractClock, MakeTransport, fingerprint
 
 __all__ = ["BadInputRules", "ClockTouched", "assert_changes_nothing", "bad_input_history"]
 
@@ -192,11 +191,20 @@ def _check_empty_worker(t: Any, clock: ContractClock, l: Dict[str, Any], result:
     t.ack(result)
 
 
+class _Int(int):
+    """An ``int`` subclass: accepted as the ``int`` it is (the transports
+    check it on another path than an exact ``int``)."""
+
+
 EDGE_ROWS = [
     pytest.param(lambda t, l: t.publish("new", "e", priority=INT64_MAX), _check_prio_max, id="prio-max"),
     pytest.param(lambda t, l: t.publish("new", "e", priority=INT64_MIN), _check_prio_min, id="prio-min"),
     pytest.param(lambda t, l: t.claim("w", 10, min_priority=INT64_MAX), _check_floor_max, id="floor-max"),
     pytest.param(lambda t, l: t.claim("w", 10, min_priority=INT64_MIN), _check_floor_min, id="floor-min"),
+    pytest.param(lambda t, l: t.publish("new", "e", priority=_Int(INT64_MAX)), _check_prio_max, id="prio-max-subclass"),
+    pytest.param(lambda t, l: t.publish("new", "e", priority=_Int(INT64_MIN)), _check_prio_min, id="prio-min-subclass"),
+    pytest.param(lambda t, l: t.claim("w", 10, min_priority=_Int(INT64_MAX)), _check_floor_max, id="floor-max-subclass"),
+    pytest.param(lambda t, l: t.claim("w", 10, min_priority=_Int(INT64_MIN)), _check_floor_min, id="floor-min-subclass"),
     pytest.param(lambda t, l: t.claim("w", math.inf), _check_vis_inf, id="vis-inf"),
     pytest.param(lambda t, l: t.claim("w", 10**400), _check_vis_inf, id="vis-huge-int"),
     pytest.param(lambda t, l: t.claim("w", 0), _check_vis_zero, id="vis-0"),
