@@ -262,3 +262,32 @@ def test_a_bad_duration_says_what_is_wrong_with_it(transport: Any, call: Callabl
         call(transport, lease)
     assert str(caught.value).startswith(message)
     transport.ack(lease)  # unchanged: still current
+
+
+class _LyingInt(int):
+    """An ``int`` subclass whose comparisons lie and are counted: accepted as
+    the plain ``int`` it is, so none of them may run (under the lock or not)."""
+
+    calls = 0
+
+    def _lie(self, other: Any) -> bool:
+        type(self).calls += 1
+        return False
+
+    __lt__ = __le__ = __gt__ = __ge__ = _lie
+
+
+def test_an_int_subclass_count_is_used_as_the_int_it_is(transport: Any) -> None:
+    for group in "abc":
+        transport.publish(group, "e")
+    _LyingInt.calls = 0
+    leases = transport.claim_many("w", 10, _LyingInt(2))
+    assert [lease.group_id for lease in leases] == ["a", "b"]
+    assert _LyingInt.calls == 0
+
+
+@pytest.mark.parametrize("item", [["g", "e"], "ge", None], ids=["list", "str", "none"])
+def test_a_publish_many_item_that_is_no_tuple_is_named_as_such(transport: Any, item: Any) -> None:
+    with pytest.raises(TypeError, match=f"^publish_many items must be tuples, not {type(item).__name__}$"):
+        transport.publish_many([("g", "first"), item])
+    assert len(transport) == 0
