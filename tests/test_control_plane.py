@@ -42,6 +42,11 @@ def drain(t: Any, clock: ManualClock) -> List[Any]:
     return out
 
 
+def test_stats_built_with_0_1_0s_four_fields_has_no_paused_group() -> None:
+    stats = TransportStats(5, 4, 1, 0)
+    assert stats == (5, 4, 1, 0, 0) and stats.paused == 0
+
+
 # -- pause ---------------------------------------------------------------------------
 
 

@@ -26,7 +26,8 @@ class TransportStats(NamedTuple):
     leased: int
     #: Messages parked by ``nack(delay > 0)`` and not yet due.
     parked: int
-    #: Groups paused by ``pause()`` (held messages or not).
+    #: Groups paused by ``pause()`` (held messages or not).  New in 0.2; it
+    #: defaults to 0 so that 0.1.0's four-field ``TransportStats(...)`` still builds.
     paused: int = 0
 
 
