@@ -7,15 +7,29 @@ serves this suite only.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import random
 import sys
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Tuple, Type
 
-from leasequeue._validation import INT64_MAX, INT64_MIN
+__all__ = [
+    "CPYTHON_ONLY_REASON",
+    "INT64_MAX",
+    "INT64_MIN",
+    "IS_CPYTHON",
+    "collect_during",
+    "finaliser_outcome",
+    "fingerprint",
+    "lease_key",
+    "python_argv",
+]
 
-__all__ = ["CPYTHON_ONLY_REASON", "INT64_MAX", "INT64_MIN", "IS_CPYTHON", "fingerprint", "lease_key", "python_argv"]
+# Written out, not imported from the code under test: a test's oracle must
+# not move with the code it checks.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
 
 #: CPython runs ``__del__`` the moment the last reference goes, and has
 #: tracemalloc and ``gc.set_threshold`` semantics the fault tests rely on;
@@ -87,6 +101,62 @@ if _os.environ.get("COVERAGE_PROCESS_START"):
     _coverage.process_startup()
 del _os
 """
+
+
+class _Garbage:
+    """Freed by the cycle collector only (it references itself); its
+    ``__del__`` runs the finaliser it was given."""
+
+    def __init__(self, finaliser: Callable[[], None]) -> None:
+        self.me = self
+        self.finaliser = finaliser
+
+    def __del__(self) -> None:
+        self.finaliser()
+
+
+def collect_during(call: Callable[[], Any], finaliser: Callable[[], None], threshold: int, extra: int) -> None:
+    """Run ``call()`` with a garbage collection due inside it, which runs
+    ``finaliser()`` (user code the collector starts: an object's ``__del__``).
+
+    The collection starts at the allocation that crosses ``threshold``;
+    with ``extra`` allocations already pending, ``threshold - extra`` picks
+    which allocation of ``call`` that is.  Looping over both walks the
+    collection through the call's allocations (those that count: objects the
+    collector tracks, not free-list reuse).  The collector's threshold is
+    restored afterwards; a finaliser that did not run yet runs at the next
+    collection.
+    """
+    gc.collect()
+    gc.disable()
+    _Garbage(finaliser)
+    junk = [[] for _ in range(extra)]
+    old = gc.get_threshold()
+    gc.set_threshold(threshold)
+    gc.enable()
+    try:
+        call()
+    finally:
+        gc.disable()
+        gc.set_threshold(*old)
+        del junk
+        gc.enable()
+
+
+def finaliser_outcome(call: Callable[[], Any], ran_on: Tuple[Type[BaseException], ...] = ()) -> str:
+    """What ``call()``, made from a finaliser, got: ``"ran"`` (also when it
+    raised one of ``ran_on``), ``"refused"`` (the transport's guard against
+    user code in the middle of one of its operations) or the ``repr`` of
+    whatever else it raised, for the caller to assert on."""
+    try:
+        call()
+    except ran_on:
+        return "ran"
+    except RuntimeError as exc:
+        return "refused" if "middle of another operation" in str(exc) else repr(exc)
+    except BaseException as exc:  # noqa: BLE001 - returned: the caller asserts on it
+        return repr(exc)
+    return "ran"
 
 
 def python_argv(code: str) -> List[str]:

@@ -26,7 +26,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, fingerprint, package_root, python_argv
+from helpers import (
+    CPYTHON_ONLY_REASON,
+    IS_CPYTHON,
+    collect_during,
+    finaliser_outcome,
+    fingerprint,
+    package_root,
+    python_argv,
+)
 from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
@@ -517,42 +525,23 @@ def test_finaliser_in_the_middle_of_an_operation_may_only_publish(impl: Any) -> 
         "stats": lambda: t.stats(),
     }
 
-    class Garbage:
-        def __init__(self) -> None:
-            self.me = self  # freed by the cycle collector only
+    def finaliser() -> None:
+        for name, call in calls.items():
+            outcome = finaliser_outcome(call, ran_on=(LeaseLost,))
+            outcomes.setdefault(name, {}).setdefault(outcome, 0)
+            outcomes[name][outcome] += 1
+        published.append(t.publish("from-finaliser", None))
 
-        def __del__(self) -> None:
-            for name, call in calls.items():
-                try:
-                    call()
-                    outcome = "ran"
-                except RuntimeError as exc:
-                    outcome = "refused" if "middle of another operation" in str(exc) else repr(exc)
-                except LeaseLost:
-                    outcome = "ran"
-                except BaseException as exc:  # noqa: BLE001 - recorded, asserted below
-                    outcome = repr(exc)
-                outcomes.setdefault(name, {}).setdefault(outcome, 0)
-                outcomes[name][outcome] += 1
-            published.append(t.publish("from-finaliser", None))
+    def cycle(extra: int) -> None:
+        t.publish("g%d" % (extra % 3), None)  # allocates under the lock
+        lease = t.claim("w", 10.0)
+        if lease is not None:
+            t.ack(lease)
 
     def scenario() -> None:
-        # A collection starts at the allocation that crosses the threshold; with
-        # ``extra`` allocations pending, threshold - extra picks which allocation
-        # of the publish that is, and a publish allocates under the lock.
         for threshold in range(1, 13):
             for extra in range(9):
-                gc.collect()
-                gc.disable()
-                Garbage()
-                junk = [[] for _ in range(extra)]
-                gc.set_threshold(threshold)
-                gc.enable()
-                t.publish("g%d" % (extra % 3), None)
-                lease = t.claim("w", 10.0)
-                if lease is not None:
-                    t.ack(lease)
-                del junk
+                collect_during(lambda: cycle(extra), finaliser, threshold, extra)
 
     old = gc.get_threshold()
     try:

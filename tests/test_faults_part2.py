@@ -27,7 +27,15 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, fingerprint, lease_key, package_root
+from helpers import (
+    CPYTHON_ONLY_REASON,
+    IS_CPYTHON,
+    collect_during,
+    finaliser_outcome,
+    fingerprint,
+    lease_key,
+    package_root,
+)
 from leasequeue.testing import ManualClock
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
@@ -336,20 +344,9 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
         "claim-waiting": lambda: t.claim("f", 10.0, 2**62, timeout=0.001),
     }
 
-    class Garbage:
-        def __init__(self) -> None:
-            self.me = self  # freed by the cycle collector only
-
-        def __del__(self) -> None:
-            for name, call in probes.items():
-                try:
-                    call()
-                    outcome = "ran"
-                except RuntimeError as exc:
-                    outcome = "refused" if "middle of another operation" in str(exc) else repr(exc)
-                except BaseException as exc:  # noqa: BLE001 - recorded, asserted below
-                    outcome = repr(exc)
-                seen.setdefault((running[0], name), set()).add(outcome)
+    def finaliser() -> None:
+        for name, call in probes.items():
+            seen.setdefault((running[0], name), set()).add(finaliser_outcome(call))
 
     def prepare_resume(i: int) -> Any:
         t.publish("r%d" % i, i)
@@ -395,17 +392,9 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
                 for extra in range(5):
                     i += 1
                     call = prepare(i)
-                    gc.collect()
-                    gc.disable()
-                    Garbage()
-                    junk = [[] for _ in range(extra)]
-                    gc.set_threshold(threshold)
                     running[0] = name
-                    gc.enable()
-                    call()
-                    gc.disable()
+                    collect_during(call, finaliser, threshold, extra)
                     running[0] = ""
-                    del junk
     finally:
         gc.set_threshold(*old)
         gc.enable()
@@ -792,30 +781,16 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
                     assert t._wait_start(rec) is None
                 where: list = []
 
-                class Garbage:
-                    def __init__(self) -> None:
-                        self.me = self  # freed by the cycle collector only
+                def finaliser() -> None:
+                    where.append([frame.name for frame in traceback.extract_stack()])
+                    if action == "publish":
+                        t.publish("from-finaliser", None)
+                    elif action == "close":
+                        t.close()
+                    else:
+                        assert t._wait_end(records[1], False) is None
 
-                    def __del__(self) -> None:
-                        where.append([frame.name for frame in traceback.extract_stack()])
-                        if action == "publish":
-                            t.publish("from-finaliser", None)
-                        elif action == "close":
-                            t.close()
-                        else:
-                            assert t._wait_end(records[1], False) is None
-
-                gc.collect()
-                gc.disable()
-                Garbage()
-                junk = [[] for _ in range(extra)]
-                gc.set_threshold(threshold)
-                gc.enable()
-                t.publish("g", "e")
-                gc.disable()
-                del junk
-                gc.set_threshold(*old)
-                gc.enable()
+                collect_during(lambda: t.publish("g", "e"), finaliser, threshold, extra)
                 gc.collect()
                 assert where, "the finaliser did not run"
                 landed += "_serve_locked" in where[0]
@@ -849,32 +824,14 @@ def _land_finaliser_in(impl: Any, setup: Any) -> set:
         for threshold in range(1, 9):
             for extra in range(5):
                 t, call = setup(impl)
-                inside = [False]
+                inside = [True]
 
-                class Garbage:
-                    def __init__(self) -> None:
-                        self.me = self  # freed by the cycle collector only
+                def finaliser() -> None:
+                    outcome = finaliser_outcome(lambda: t.pause("already-paused"))  # changes nothing when it runs
+                    got.add(outcome if inside[0] else "outside:" + outcome)
 
-                    def __del__(self) -> None:
-                        try:
-                            t.pause("already-paused")  # changes nothing when it runs
-                            outcome = "ran"
-                        except RuntimeError as exc:
-                            outcome = "refused" if "middle of another operation" in str(exc) else repr(exc)
-                        got.add(outcome if inside[0] else "outside:" + outcome)
-
-                gc.collect()
-                gc.disable()
-                Garbage()
-                junk = [[] for _ in range(extra)]
-                gc.set_threshold(threshold)
-                inside[0] = True
-                gc.enable()
-                call()
-                gc.disable()
+                collect_during(call, finaliser, threshold, extra)
                 inside[0] = False
-                del junk
-                gc.enable()
                 gc.collect()  # a finaliser not run yet runs now, outside
                 assert [g.group_id for g in t.groups()] == expected, "the operation was not done whole"
                 assert t.stats().messages == len(t) == sum(g.messages for g in t.groups()) == held
