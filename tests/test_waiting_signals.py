@@ -21,6 +21,9 @@ from helpers import package_root
 
 SCRIPT = r"""
 import _thread, importlib, os, signal, sys, threading, time
+# A test run started in the background (`cmd &` in a script) passes SIGINT
+# on ignored, and Python then leaves it ignored: handle it as usual.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 mod = importlib.import_module(sys.argv[1])
 how, wait_kind = sys.argv[2], sys.argv[3]
 t = mod.InMemoryTransport()
