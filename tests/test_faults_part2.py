@@ -783,8 +783,9 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
 
                 def finaliser() -> None:
                     where.append([frame.name for frame in traceback.extract_stack()])
-                    if action == "publish":
-                        t.publish("from-finaliser", None)
+                    if action == "publish":  # two, to one group: they keep their order
+                        t.publish("from-finaliser", 1)
+                        t.publish("from-finaliser", 2)
                     elif action == "close":
                         t.close()
                     else:
@@ -797,7 +798,9 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
                 states = [rec.state for rec in records]
                 assert t._waiting_count() == 0, (threshold, extra, states)
                 if action == "publish":
-                    assert states == [HANDED, HANDED] and t.stats().leased == 2 and len(t) == 2
+                    assert states == [HANDED, HANDED] and t.stats().leased == 2 and len(t) == 3
+                    handed = sorted((lease.group_id, lease.event) for lease in (t._wait_end(r, True) for r in records))
+                    assert handed == [("from-finaliser", 1), ("g", "e")]
                 elif action == "close":
                     assert states[1] == CLOSED and t.stats().leased == (states[0] == HANDED)
                 else:

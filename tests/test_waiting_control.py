@@ -556,3 +556,30 @@ def test_a_wait_ended_inside_another_operation_goes_to_the_next_waiting_claim(im
     lease = t._wait_end(second, True)
     assert woken[-1] == "w2" and t._waiting_count() == 0
     assert (lease.seq, lease.group_id, lease.worker_id, lease.attempt) == (1, "g", "w2", 1)
+
+
+@pytest.mark.parametrize("claimed_before", [False, True], ids=["never-claimed", "claimed-before"])
+def test_an_undone_hand_off_gives_the_group_back_its_last_claim_time(
+    transport: Any, clock: ManualClock, claimed_before: bool
+) -> None:
+    """A waiting claim handed a message and then ended without keeping it
+    (interrupted, cancelled) leaves the group as it was: ``last_claimed_at``
+    included, ``None`` for a group never claimed."""
+    from leasequeue._waiting import HANDED
+
+    if claimed_before:
+        transport.publish("g", "first")
+        transport.publish("g", "second")
+        first = transport.claim("w0", 10.0)  # at 1000; g is leased now
+    rec = transport._waiter("w", 30.0, 0, lambda: None)
+    assert transport._wait_start(rec) is None  # nothing claimable: it waits
+    clock.advance(5.0)
+    if claimed_before:
+        transport.ack(first)  # "second" is ready: handed to the waiting claim at 1005
+    else:
+        transport.publish("g", "only")  # handed to the waiting claim at 1005
+    assert rec.state == HANDED
+    assert transport.group("g").last_claimed_at == 1005.0
+    assert transport._wait_end(rec, False) is None  # not kept: undone
+    info = transport.group("g")
+    assert (info.state, info.attempt, info.last_claimed_at) == ("ready", None, 1000.0 if claimed_before else None)
