@@ -17,9 +17,9 @@ records in ``tools/mutate_equivalent.txt`` with the reason.
     python3 tools/mutate.py --mutant 57 --pytest-args "tests/test_edges.py -x -q -k python"
     python3 tools/mutate.py src/leasequeue/_validation.py   # another pure module
 
-The source tree is never edited: ``src/``, ``tests/`` and ``pyproject.toml``
-are copied into a temporary directory per job, each mutant is written into
-that copy, and pytest runs there with ``PYTHONPATH`` pointing at it (the
+The source tree is never edited: ``src/``, ``tests/``, ``pyproject.toml``,
+``README.md`` and ``docs/`` are copied into a temporary directory per job,
+each mutant is written into that copy, and pytest runs there with ``PYTHONPATH`` pointing at it (the
 suite's subprocess tests import from the same copy).  By default the pure
 twin is forced (``LEASEQUEUE_NO_EXTENSIONS=1``), so only the pure variants
 of the tests, the conformance kit's contract and the differential against
@@ -724,6 +724,9 @@ class Slot:
         shutil.copytree(os.path.join(ROOT, "src"), os.path.join(self.dir, "src"), ignore=COPY_IGNORE)
         shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(self.dir, "tests"), ignore=COPY_IGNORE)
         shutil.copy2(os.path.join(ROOT, "pyproject.toml"), self.dir)
+        # The README's and docs' examples are tests too (test_readme_*, test_links).
+        shutil.copy2(os.path.join(ROOT, "README.md"), self.dir)
+        shutil.copytree(os.path.join(ROOT, "docs"), os.path.join(self.dir, "docs"), ignore=COPY_IGNORE)
         self.plugins = os.path.join(self.dir, "plugins")
         os.makedirs(self.plugins)
         for plugin in ("_mutate_contexts.py", "_mutate_hypothesis.py"):
