@@ -291,3 +291,43 @@ def test_a_publish_many_item_that_is_no_tuple_is_named_as_such(transport: Any, i
     with pytest.raises(TypeError, match=f"^publish_many items must be tuples, not {type(item).__name__}$"):
         transport.publish_many([("g", "first"), item])
     assert len(transport) == 0
+
+
+def _treap_nodes(node: Any, low: float, high: float) -> Any:
+    """Check the subtree of the pure twin's level treap at ``node``: search
+    order by priority inside ``(low, high)``, heap order by weight, ``best``
+    the smallest entry of the subtree.  Returns the subtree's size."""
+    if node is None:
+        return 0
+    assert low < node.priority < high, "levels out of priority order"
+    for child in (node.left, node.right):
+        assert child is None or child.weight <= node.weight, "a child outweighs its parent: the treap is unbalanced"
+    entries = [e for e in (node.heap[0] if node.heap else None, *(c.best for c in (node.left, node.right) if c)) if e]
+    assert node.best == (min(entries, key=lambda e: e[0]) if entries else None)
+    return 1 + _treap_nodes(node.left, low, node.priority) + _treap_nodes(node.right, node.priority, high)
+
+
+def test_the_pure_twins_level_treap_keeps_its_orders_as_levels_come_and_go() -> None:
+    """White box, pure twin only (the Cython core's treap is C structs): the
+    priority levels stay a treap (search order by priority, heap order by
+    random weight, so O(log n) deep) while levels are created and deleted.
+    A treap that loses its heap order still claims right, only slower: the
+    behavioural tests cannot see that."""
+    import math
+    import random
+
+    from leasequeue import _inmemory_py
+
+    rng = random.Random(7)
+    t = _inmemory_py.InMemoryTransport(clock=ManualClock())
+    held = []
+    for step in range(3000):
+        if held and rng.random() < 0.45:
+            t.ack(held.pop(rng.randrange(len(held))))  # its group empties: the level may go
+        else:
+            t.publish(f"g{step}", step, priority=rng.randrange(-60, 60))
+            lease = t.claim("w", 1e9, -(2**63))
+            if lease is not None:
+                held.append(lease)
+        if step % 50 == 0 or step > 2950:
+            assert _treap_nodes(t._root, -math.inf, math.inf) == len(t._levels)
