@@ -17,6 +17,7 @@ thread at once is in ``test_stress.py``.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from typing import Any, Callable, List, Optional
@@ -583,3 +584,63 @@ def test_an_undone_hand_off_gives_the_group_back_its_last_claim_time(
     assert transport._wait_end(rec, False) is None  # not kept: undone
     info = transport.group("g")
     assert (info.state, info.attempt, info.last_claimed_at) == ("ready", None, 1000.0 if claimed_before else None)
+
+
+# ------------------------------------------------- an undone hand-off is exact
+
+
+def test_undo_of_a_hand_off_with_no_lease_end_frees_the_group(transport_cls: Any) -> None:
+    """A waiting claim with ``visibility=inf`` is handed a lease that never
+    expires (nothing to watch); undone, the group is free and ready again,
+    exactly as in a twin where the hand-off never happened."""
+    clock, ref_clock = ManualClock(), ManualClock()
+    t, ref = transport_cls(clock=clock), transport_cls(clock=ref_clock)
+    waiter = Record(t, "w", visibility=math.inf)
+    t.publish("g", "e")
+    ref.publish("g", "e")
+    assert waiter.woken == 1 and t.stats().leased == 1
+    waiter.abandon()
+    assert t.stats() == ref.stats() and t.stats().leased == 0
+    assert views(t) == views(ref)
+    assert fingerprint(t, clock) == fingerprint(ref, ref_clock)
+
+
+def test_undo_after_a_nack_leaves_the_nacked_lease_lost(transport_cls: Any) -> None:
+    """A lease nacked, its message handed to a waiting claim, the hand-off
+    undone: the nacked lease does not become current again (its delivery was
+    closed by the nack), and the next claim is attempt 2, as in a twin where
+    the hand-off never happened."""
+    clock, ref_clock = ManualClock(), ManualClock()
+    t, ref = transport_cls(clock=clock), transport_cls(clock=ref_clock)
+    leases = []
+    for x in (t, ref):
+        x.publish("g", "e")
+        leases.append(x.claim("w0", 30.0))
+    waiter = Record(t, "w")
+    t.nack(leases[0])  # handed to the waiting claim: attempt 2
+    ref.nack(leases[1])
+    assert waiter.woken == 1
+    waiter.abandon()
+    for x, lease in zip((t, ref), leases):
+        with pytest.raises(LeaseLost):
+            x.ack(lease)
+    assert views(t) == views(ref)
+    assert fingerprint(t, clock) == fingerprint(ref, ref_clock)
+
+
+def test_undo_after_purge_and_a_new_claim_in_the_group_leaves_that_claim(transport: Any) -> None:
+    """The handed message purged, the group created again by a publish and
+    its new message claimed (attempt 1, like the handed one): undoing the old
+    hand-off must not touch that claim, which is not its delivery."""
+    waiter = Record(transport, "w")
+    transport.publish("g", "old")  # handed to the waiting claim: seq 1, attempt 1
+    assert waiter.woken == 1
+    assert transport.purge("g") == 1
+    transport.publish("g", "new")  # seq 2
+    other = transport.claim("other", 30.0)
+    assert (other.seq, other.attempt) == (2, 1)
+    waiter.abandon()
+    assert transport.claim("third", 30.0) is None  # g is still leased to "other"
+    assert transport.stats().leased == 1
+    transport.ack(other)  # still current
+    assert len(transport) == 0
