@@ -351,6 +351,18 @@ def test_lease_expiry_wakes_a_waiter_by_itself(transport_cls: Any) -> None:
     assert w.result.expires_at - 30.0 > first.expires_at
 
 
+def test_the_expiry_timer_hands_over_an_expired_lease_when_it_expires(transport_cls: Any) -> None:
+    """The timer sleeps until the lease's end, not some coarser step: a
+    lease of 0.05 s, and a waiting claim that gives up after 0.75 s (real
+    clock): a timer that sleeps a whole second before it looks misses it."""
+    t = transport_cls(clock=time.monotonic)
+    t.publish("g", "e")
+    t.claim("crashed", 0.05)
+    [w] = start_waiters(t, 1, timeout=0.75)
+    joined([w])
+    assert w.result is not None and w.result.attempt == 2, "the expired lease was not handed over in time"
+
+
 def test_park_expiry_wakes_a_waiter_by_itself(transport_cls: Any) -> None:
     t = transport_cls(clock=time.monotonic)
     t.publish("g", "e")
