@@ -27,12 +27,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
-CYCLE = r"""
-import os, pickle, sys, tempfile
-which, k = sys.argv[1], int(sys.argv[2])
-held, groups = 1000, 100
-event = {"step": "charge", "order": 17, "amount": 12.5}
-d = tempfile.mkdtemp()
+#: Defines ``cycle(i)`` (one message published, claimed and acked; huey:
+#: enqueued and dequeued) for the store ``which`` names, in a fresh directory
+#: ``d`` holding ``held`` messages over ``groups`` groups.  Expects ``which``,
+#: ``d``, ``held``, ``groups``, ``event`` and ``P`` (huey's pickle protocol).
+#: ``sqlite_floor.py`` runs the same code for its leasequeue and huey rows.
+PEERS = r"""
 if which in ("leasequeue", "leasequeue-k64"):
     from leasequeue import SQLiteTransport
     t = SQLiteTransport(os.path.join(d, "q.db"))
@@ -51,9 +51,9 @@ elif which == "huey":
     s = SqliteStorage(name="q", filename=os.path.join(d, "huey.db"))
     s.conn.execute("PRAGMA synchronous=NORMAL")
     for i in range(held):
-        s.enqueue(pickle.dumps(event))
+        s.enqueue(pickle.dumps(event, P))
     def cycle(i):
-        s.enqueue(pickle.dumps(event))
+        s.enqueue(pickle.dumps(event, P))
         pickle.loads(s.dequeue())
 elif which == "persist-queue":
     import persistqueue
@@ -74,7 +74,18 @@ elif which == "litequeue":
         lq.put(pickle.dumps(event).hex())
         m = lq.pop()
         lq.done(m.message_id)
-for i in range(k):
+else:
+    raise SystemExit(f"unknown workload {which}")
+"""
+
+CYCLE = r"""
+import os, pickle, sys, tempfile
+which, k = sys.argv[1], int(sys.argv[2])
+held, groups = 1000, 100
+event = {"step": "charge", "order": 17, "amount": 12.5}
+d = tempfile.mkdtemp()
+P = pickle.DEFAULT_PROTOCOL
+""" + PEERS + r"""for i in range(k):
     cycle(i)
 """
 

@@ -42,11 +42,12 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from sqlite_callgrind import env, instructions  # noqa: E402
+from sqlite_callgrind import PEERS, env, instructions  # noqa: E402
 
 WORKLOAD = r"""
 import os, pickle, sqlite3, sys, tempfile, time
@@ -109,31 +110,8 @@ if which.startswith("floor"):
             head += 64
     else:
         raise SystemExit(f"unknown workload {which}")
-elif which in ("leasequeue", "leasequeue-k64"):
-    from leasequeue import SQLiteTransport
-    t = SQLiteTransport(os.path.join(d, "q.db"))
-    t.publish_many([(f"g{i % groups}", event) for i in range(held)])
-    if which == "leasequeue":
-        def cycle(i):
-            t.publish(f"g{i % groups}", event)
-            t.ack(t.claim("w", 30.0))
-    else:
-        def cycle(i):
-            if i % 64 == 0:
-                t.publish_many([(f"g{(i + j) % groups}", event) for j in range(64)])
-                t.ack_many(t.claim_many("w", 30.0, 64))
-elif which == "huey":
-    from huey.storage import SqliteStorage
-    s = SqliteStorage(name="q", filename=os.path.join(d, "huey.db"))
-    s.conn.execute("PRAGMA synchronous=NORMAL")
-    for i in range(held):
-        s.enqueue(pickle.dumps(event, P))
-    def cycle(i):
-        s.enqueue(pickle.dumps(event, P))
-        pickle.loads(s.dequeue())
 else:
-    raise SystemExit(f"unknown workload {which}")
-for i in range(64):  # warm: statement caches, the WAL's first frames
+""" + textwrap.indent(PEERS, "    ") + r"""for i in range(64):  # warm: statement caches, the WAL's first frames
     cycle(i)
 began = time.perf_counter()
 for i in range(64, 64 + k):
