@@ -478,6 +478,33 @@ def test_after_close_the_control_plane_and_batches_work_and_hand_nothing_over(
     assert transport._wake_counts()[0] == handed and len(transport) == 0
 
 
+def _end_wait_inside(impl: Any, t: Any, rec: Any, call: Callable[[], Any]) -> None:
+    """Run ``call()`` with ``rec``'s wait ended (not kept) from user code run
+    inside it, under its lock: a profiler hook at the operation's ``_settle``
+    stands for a coroutine the garbage collector finalises there (pure
+    twin).  The Cython transport runs no Python code under its lock: there
+    the wait is ended after the call."""
+    import sys
+
+    ended: List[Any] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (event == "call" and not ended and frame.f_code.co_name == "_settle"
+                and frame.f_globals.get("__name__") == impl.__name__):
+            ended.append(t._wait_end(rec, False))
+
+    sys.setprofile(hook)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    if impl.__name__.endswith("_py"):
+        assert ended == [None], "the hook did not get inside the operation"
+    else:
+        assert not ended
+        assert t._wait_end(rec, False) is None
+
+
 @pytest.mark.parametrize("operation", ["publish", "claim", "stats", "group", "groups", "claim_many", "pause"])
 def test_a_wait_ended_inside_another_operation_is_undone_as_it_ends(impl: Any, operation: str) -> None:
     """A waiting claim that was handed a lease and is ended from user code run
@@ -486,8 +513,6 @@ def test_a_wait_ended_inside_another_operation_is_undone_as_it_ends(impl: Any, o
     time that operation returns, even with no other claim waiting to serve:
     the message is claimable at once, attempt 1, not only when the lease
     expires."""
-    import sys
-
     t = impl.InMemoryTransport(clock=ManualClock())
     rec = t._waiter("w", 30.0, 0, lambda: None)
     assert t._wait_start(rec) is None  # queued: nothing to claim
@@ -502,23 +527,7 @@ def test_a_wait_ended_inside_another_operation_is_undone_as_it_ends(impl: Any, o
         "claim_many": lambda: t.claim_many("x", 10.0, 2, 2**62),
         "pause": lambda: t.pause("p"),
     }
-    ended: List[Any] = []
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        if (event == "call" and not ended and frame.f_code.co_name == "_settle"
-                and frame.f_globals.get("__name__") == impl.__name__):
-            ended.append(t._wait_end(rec, False))
-
-    sys.setprofile(hook)
-    try:
-        calls[operation]()
-    finally:
-        sys.setprofile(None)
-    if impl.__name__.endswith("_py"):
-        assert ended == [None], "the hook did not get inside the operation"
-    else:  # the Cython transport runs no Python code under its lock: end it after
-        assert not ended
-        assert t._wait_end(rec, False) is None
+    _end_wait_inside(impl, t, rec, calls[operation])
     assert t.stats().leased == 0
     lease = t.claim("x", 10.0)
     assert (lease.group_id, lease.attempt) == ("g", 1)
@@ -529,8 +538,6 @@ def test_a_wait_ended_inside_another_operation_goes_to_the_next_waiting_claim(im
     """As above with a second claim waiting: the lease the first one gives
     back goes to the second, attempt 1, which is woken (its wake callback
     runs) by the time the operation returns."""
-    import sys
-
     t = impl.InMemoryTransport(clock=ManualClock())
     woken: List[str] = []
     first = t._waiter("w1", 30.0, 0, lambda: woken.append("w1"))
@@ -539,21 +546,7 @@ def test_a_wait_ended_inside_another_operation_goes_to_the_next_waiting_claim(im
     t.publish("g", "e")  # handed to the first
     assert woken == ["w1"] and t._waiting_count() == 1
     calls = {"publish": lambda: t.publish("g", "f"), "stats": t.stats, "groups": t.groups}  # nothing claimable
-    ended: List[Any] = []
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        if (event == "call" and not ended and frame.f_code.co_name == "_settle"
-                and frame.f_globals.get("__name__") == impl.__name__):
-            ended.append(t._wait_end(first, False))
-
-    sys.setprofile(hook)
-    try:
-        calls[operation]()
-    finally:
-        sys.setprofile(None)
-    if not impl.__name__.endswith("_py"):  # no Python code under the Cython lock
-        assert not ended
-        assert t._wait_end(first, False) is None
+    _end_wait_inside(impl, t, first, calls[operation])
     lease = t._wait_end(second, True)
     assert woken[-1] == "w2" and t._waiting_count() == 0
     assert (lease.seq, lease.group_id, lease.worker_id, lease.attempt) == (1, "g", "w2", 1)
