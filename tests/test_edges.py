@@ -180,6 +180,16 @@ class _RoundRobinModel:
         self.last_claim[group] = self.claims
         self.busy[group] = True
 
+    def claim(self, transport: Any, floor: int, where: str) -> Any:
+        """Claim at ``floor`` from ``transport``: it must be the group the
+        model expects (or nothing); the model takes note.  Returns the lease."""
+        expected = self.expect(floor)
+        lease = transport.claim("w", 100, min_priority=floor)
+        assert (lease and lease.group_id) == expected, where
+        if lease is not None:
+            self.claimed(lease.group_id)
+        return lease
+
 
 @pytest.mark.parametrize("seed", range(4))
 def test_round_robin_across_many_priority_levels(transport: Any, seed: int) -> None:
@@ -198,11 +208,8 @@ def test_round_robin_across_many_priority_levels(transport: Any, seed: int) -> N
     held: List[Any] = []
     for _ in range(300):
         floor = rng.choice(floors)
-        expected = model.expect(floor)
-        lease = transport.claim("w", 100, min_priority=floor)
-        assert (lease and lease.group_id) == expected, f"floor {floor}"
+        lease = model.claim(transport, floor, f"floor {floor}")
         if lease is not None:
-            model.claimed(lease.group_id)
             held.append(lease)
         if held and (len(held) > 6 or rng.random() < 0.4):
             done = held.pop(rng.randrange(len(held)))
@@ -239,11 +246,8 @@ def test_round_robin_while_priority_levels_come_and_go(transport: Any, seed: int
         roll = rng.random()
         if roll < 0.35:
             floor = rng.choice(pool + [min(pool) - 1, max(pool) + 1])
-            expected = model.expect(floor)
-            lease = transport.claim("w", 100, min_priority=floor)
-            assert (lease and lease.group_id) == expected, f"step {step}, floor {floor}"
+            lease = model.claim(transport, floor, f"step {step}, floor {floor}")
             if lease is not None:
-                model.claimed(lease.group_id)
                 leases.append(lease)
         elif roll < 0.6 and leases:
             done = leases.pop(rng.randrange(len(leases)))
