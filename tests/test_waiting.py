@@ -1241,51 +1241,44 @@ def test_a_clock_reading_operation_serves_what_its_reading_expired(transport_cls
         t.close()
 
 
-def test_the_expiry_timer_is_armed_for_the_earliest_expiry(transport: Any, clock: ManualClock) -> None:
-    """While a claim waits, the expiry timer is armed for the earliest lock
-    end: a lease taken later that ends sooner brings it forward."""
-    transport.publish("a", "x")
-    transport.publish("b", "y")
-    transport.claim("w1", 20.0)  # a, until 1020
-    rec = transport._waiter("w", 30.0, 5, lambda: None)  # a floor nothing reaches
-    try:
-        assert transport._wait_start(rec) is None
-        assert transport._timer_due()[0] == 1020.0
-        transport.claim("w2", 10.0)  # b, until 1010: sooner
-        assert transport._timer_due()[0] == 1010.0
-    finally:
-        assert transport._wait_end(rec, False) is None
-
-
 def _many_leases_at_time_zero(transport_cls: Any, clock: ManualClock, leases: int) -> Any:
     """A transport on ``clock`` (at 0) that has granted ``leases`` leases: the
     expiry bookkeeping's counters are then larger than the clock times, so a
-    test tells a lock's end time from any count kept beside it."""
+    test tells a lock's end time from any count kept beside it.  The clock
+    is left at 1, past every lock end those leases had."""
     clock.set(0.0)
     t = transport_cls(clock=clock)
     for _ in range(leases):
         t.publish("warm-up", None)
         t.ack(t.claim("w0", 0.25))
     clock.set(1.0)
-    assert t.stats().leased == 0  # past every lock end those leases had
+    assert t.stats().leased == 0
     return t
 
 
-def test_the_expiry_timer_is_armed_for_the_earliest_expiry_at_any_lease_count(
-    transport_cls: Any, clock: ManualClock
+@pytest.mark.parametrize("leases_before", [0, 40], ids=["new", "after-many-leases-near-time-0"])
+def test_the_expiry_timer_is_armed_for_the_earliest_expiry(
+    transport_cls: Any, clock: ManualClock, leases_before: int
 ) -> None:
-    """The timer is brought forward by the lock's end time, not by anything
-    else kept with it: after many leases, on a clock near 0."""
-    with _many_leases_at_time_zero(transport_cls, clock, 40) as t:
+    """While a claim waits, the expiry timer is armed for the earliest lock
+    end: a lease taken later that ends sooner brings it forward.  By the end
+    time, not by anything else kept with it: also after many leases, on a
+    clock near 0."""
+    if leases_before:
+        t = _many_leases_at_time_zero(transport_cls, clock, leases_before)
+    else:
+        t = transport_cls(clock=clock)
+    start = clock.now
+    with t:
         t.publish("a", "x")
         t.publish("b", "y")
-        t.claim("w1", 20.0)  # a, until 21
+        t.claim("w1", 20.0)  # a, until start + 20
         rec = t._waiter("w", 30.0, 5, lambda: None)  # a floor nothing reaches
         try:
             assert t._wait_start(rec) is None
-            assert t._timer_due()[0] == 21.0
-            t.claim("w2", 10.0)  # b, until 11: sooner
-            assert t._timer_due()[0] == 11.0
+            assert t._timer_due()[0] == start + 20.0
+            t.claim("w2", 10.0)  # b, until start + 10: sooner
+            assert t._timer_due()[0] == start + 10.0
         finally:
             assert t._wait_end(rec, False) is None
 
