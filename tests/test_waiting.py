@@ -943,7 +943,11 @@ def test_keyboard_interrupt_in_a_woken_thread_undoes_its_hand_off(transport: Any
     assert transport._wake_counts()[0] == 2
 
 
-def test_a_closed_event_loop_gives_its_lease_to_the_next_waiter(transport_cls: Any) -> None:
+@pytest.mark.parametrize("publisher", ["loop-thread", "other-thread"])
+def test_a_closed_event_loop_gives_its_lease_to_the_next_waiter(transport_cls: Any, publisher: str) -> None:
+    """The wake of a waiting ``aclaim`` whose event loop was closed (its task
+    never cancelled) gives the lease back, whether it runs on the loop's own
+    thread or on another one (where ``call_soon_threadsafe`` refuses)."""
     t = transport_cls()
     loop = asyncio.new_event_loop()
     coro = t.aclaim("lost", 30.0)
@@ -952,12 +956,33 @@ def test_a_closed_event_loop_gives_its_lease_to_the_next_waiter(transport_cls: A
     assert t._waiting_count() == 1
     [w] = start_waiters(t, 1)
     loop.close()  # closed without cancelling its task: nobody will take a lease there
-    t.publish("g", "e")  # handed to "lost": its wake finds the loop closed and gives it back
+    if publisher == "loop-thread":
+        t.publish("g", "e")  # handed to "lost": its wake finds the loop closed and gives it back
+    else:
+        other = threading.Thread(target=t.publish, args=("g", "e"))
+        other.start()
+        other.join(PATIENCE)
     joined([w])
     assert (w.result.worker_id, w.result.attempt) == ("w0", 1)
     assert t.stats().leased == 1
     del task
     coro.close()
+
+
+def test_a_wake_after_the_deadline_resolved_the_future_is_ignored() -> None:
+    """An ``aclaim``'s future is resolved by its deadline or by a wake,
+    whichever comes first; the other finds it done and does nothing (a wake
+    running on the loop's thread inside ``publish`` must not raise there)."""
+    from leasequeue._waiting import _resolve
+
+    loop = asyncio.new_event_loop()
+    try:
+        fut = loop.create_future()
+        _resolve(fut, False)  # the deadline
+        _resolve(fut, True)  # a hand-off just after it
+        assert fut.result() is False
+    finally:
+        loop.close()
 
 
 # ------------------------------------------------ 1,000 cancelled aclaims
