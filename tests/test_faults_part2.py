@@ -461,6 +461,7 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
         held = state["held"]
         return {
             "claim": lambda: t.claim("w", 10.0),
+            "claim-waiting": lambda: t.claim("w", 10.0, timeout=0.001),  # starts a wait (_wait_start)
             "ack": lambda: t.ack(held[0]),
             "nack": lambda: t.nack(held[1], 5.0),
             "extend": lambda: t.extend(held[2], 20.0),
@@ -531,7 +532,7 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
         got = call()
         if name in published:
             assert b.publish("nested", name) == published[name]
-        if name not in ("claim", "claim_many"):  # leases: compared through the state below
+        if name not in ("claim", "claim-waiting", "claim_many"):  # leases: compared through the state below
             assert got == results[name], name
     if pure:
         ops = set(operations(a, state_a))
@@ -811,6 +812,39 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
         gc.enable()
     if pure:
         assert landed, "no collection landed while the claims were served: the test tests nothing"
+
+
+def test_a_message_published_by_user_code_inside_a_wait_start_goes_to_that_wait(impl: Any) -> None:
+    """A waiting claim starts (``_wait_start``: queued, then served) and user
+    code run there under the lock (a profiler hook here; a finaliser the
+    collector starts, in life) publishes: the message is held until the
+    serving is over, and then served to the waiting claim before
+    ``_wait_start`` returns, not left to wait for another operation.  The
+    Cython transport runs no Python code under its lock: there nothing is
+    published inside, and the claim waits."""
+    from leasequeue._waiting import IDLE, WAITING
+
+    t = impl.InMemoryTransport(clock=ManualClock())
+    rec = t._waiter("w", 30.0, 0, lambda: None)
+    published: List[int] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (event == "call" and not published and frame.f_code.co_name == "_serve_locked"
+                and frame.f_globals.get("__name__") == impl.__name__):
+            published.append(t.publish("g", "from-user-code"))
+
+    sys.setprofile(hook)
+    try:
+        lease = t._wait_start(rec)
+    finally:
+        sys.setprofile(None)
+    if impl.__name__.endswith("_py"):
+        assert published == [1]
+        assert lease is not None and (lease.group_id, lease.event, lease.worker_id) == ("g", "from-user-code", "w")
+        assert rec.state == IDLE and t.stats().leased == 1
+    else:
+        assert not published and lease is None and rec.state == WAITING
+        assert t._wait_end(rec, False) is None
 
 
 def _land_finaliser_in(impl: Any, setup: Any) -> set:

@@ -985,6 +985,35 @@ def test_a_wake_after_the_deadline_resolved_the_future_is_ignored() -> None:
         loop.close()
 
 
+@pytest.mark.parametrize("kind", ["claim", "aclaim"])
+def test_a_wait_whose_transport_closes_as_it_starts_returns_none_at_once(transport_cls: Any, kind: str) -> None:
+    """The transport is closed by its clock (user code, read by the wait's
+    start before it queues): the wait is over before it began, and returns
+    ``None`` at once, not at its deadline (there is none here)."""
+    closing = [False]
+
+    def clock() -> float:
+        if closing[0]:
+            t.close()
+        return 1000.0
+
+    t = transport_cls(clock=clock)
+    t.publish("g", "e")
+    t.claim("holder", 30.0)  # nothing claimable: a wait would queue
+    closing[0] = True
+    if kind == "claim":
+        w = Waiter(t, timeout=None)
+        w.start()
+        w.join(PATIENCE)
+        assert not w.is_alive() and w.error is None and w.result is None
+    else:
+        async def main() -> Any:
+            return await asyncio.wait_for(t.aclaim("w", 30.0, timeout=None), PATIENCE)
+
+        assert asyncio.run(main()) is None
+    assert t.closed and t._waiting_count() == 0
+
+
 # ------------------------------------------------ 1,000 cancelled aclaims
 
 
