@@ -475,6 +475,7 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
             "publish_many": lambda: t.publish_many([("pm", 1), ("prio", 2)]),
             "claim_many": lambda: t.claim_many("w", 10.0, 2),
             "ack_many": lambda: t.ack_many([held[3], held[0]]),
+            "timer_fire": t._timer_fire,  # what the expiry timer calls
         }
 
     state_a, state_b = history(a), history(b)
@@ -814,19 +815,22 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
         assert landed, "no collection landed while the claims were served: the test tests nothing"
 
 
-def test_a_message_published_by_user_code_inside_a_wait_start_goes_to_that_wait(impl: Any) -> None:
-    """A waiting claim starts (``_wait_start``: queued, then served) and user
-    code run there under the lock (a profiler hook here; a finaliser the
-    collector starts, in life) publishes: the message is held until the
-    serving is over, and then served to the waiting claim before
-    ``_wait_start`` returns, not left to wait for another operation.  The
-    Cython transport runs no Python code under its lock: there nothing is
-    published inside, and the claim waits."""
-    from leasequeue._waiting import IDLE, WAITING
+@pytest.mark.parametrize("serving", ["wait-start", "timer-fire"])
+def test_a_message_published_by_user_code_inside_a_serving_goes_to_the_waiting_claim(impl: Any, serving: str) -> None:
+    """Waiting claims are served (a wait starting, ``_wait_start``; or the
+    expiry timer firing, ``_timer_fire``) and user code run there under the
+    lock (a profiler hook here; a finaliser the collector starts, in life)
+    publishes: the message is held until the serving is over, and then
+    served to the waiting claim before the call returns, not left to wait
+    for another operation.  The Cython transport runs no Python code under
+    its lock: there nothing is published inside, and the claim waits."""
+    from leasequeue._waiting import HANDED, IDLE, WAITING
 
     t = impl.InMemoryTransport(clock=ManualClock())
     rec = t._waiter("w", 30.0, 0, lambda: None)
     published: List[int] = []
+    if serving == "timer-fire":
+        assert t._wait_start(rec) is None  # queued: nothing to claim
 
     def hook(frame: Any, event: str, arg: Any) -> None:
         if (event == "call" and not published and frame.f_code.co_name == "_serve_locked"
@@ -835,7 +839,11 @@ def test_a_message_published_by_user_code_inside_a_wait_start_goes_to_that_wait(
 
     sys.setprofile(hook)
     try:
-        lease = t._wait_start(rec)
+        if serving == "wait-start":
+            lease = t._wait_start(rec)
+        else:
+            t._timer_fire()
+            lease = t._wait_end(rec, True) if rec.state == HANDED else None
     finally:
         sys.setprofile(None)
     if impl.__name__.endswith("_py"):

@@ -270,6 +270,42 @@ def test_close_ends_the_expiry_timer(transport: Any) -> None:
     assert not timer.is_alive(), "the expiry timer outlived close()"
 
 
+def test_the_expiry_timer_ends_when_its_transport_is_collected(transport_cls: Any) -> None:
+    """The timer holds its transport weakly; when the transport is garbage
+    collected the timer is woken from its wait (armed for nothing: it would
+    sleep for ever) and ends."""
+    import gc
+
+    t = transport_cls(clock=time.monotonic)
+    t.publish("g", "e")
+    t.claim("crashed", 0.05)
+    [w] = start_waiters(t, 1, timeout=PATIENCE)
+    joined([w])  # served by the timer, which then has nothing to watch
+    assert w.result is not None and w.result.attempt == 2
+    timer = t._timer
+    until(lambda timer=timer: timer._cond._waiters and not timer._poked, "the expiry timer asleep")
+    thread = timer._thread
+    del t, w, timer
+    gc.collect()
+    thread.join(PATIENCE)
+    assert not thread.is_alive(), "the expiry timer outlived its transport"
+
+
+def test_an_idle_expiry_timer_is_woken_for_a_new_expiry(transport_cls: Any) -> None:
+    """After serving one expiry the timer has nothing armed and sleeps until
+    poked; a new waiting claim with a lease to watch pokes it, and that
+    lease's expiry is served too (well before the claim's 5 s deadline)."""
+    t = transport_cls(clock=time.monotonic)
+    for group in ("g", "h"):
+        t.publish(group, "e")
+        t.claim("crashed", 0.05)
+        [w] = start_waiters(t, 1, timeout=5.0)
+        joined([w])
+        assert w.result is not None and (w.result.group_id, w.result.attempt) == (group, 2), group
+        until(lambda: t._timer._cond._waiters and not t._timer._poked, "the expiry timer asleep")
+    t.close()
+
+
 def test_a_wait_starting_on_a_closed_transport_queues_nothing(transport: Any, clock: ManualClock) -> None:
     """``close()`` landing between a waiting claim's look at ``closed`` and its
     start (``_wait_start``, see ``_waiting.py``): the record comes back
@@ -728,10 +764,13 @@ def test_a_failed_clock_read_for_a_waiting_claim_leaves_the_hand_off_to_the_expi
     """A publish reads the clock only because a claim waits: when that read
     fails, the message is published all the same (an ordinary error is not
     the publish's, a ``KeyboardInterrupt`` is raised after), and the expiry
-    timer reads the clock itself and hands the message over."""
+    timer reads the clock itself and hands the message over.  The clock was
+    turned back meanwhile: the lease runs from the transport's time (1000,
+    the waiting claim's start), not from the timer's earlier reading."""
     clock = OneBadRead()
     t = transport_cls(clock=clock)
     [w] = start_waiters(t, 1)
+    clock.clock.set(990.0)
     clock.error = error
     if isinstance(error, Exception):
         assert t.publish("g", "e") == 1
