@@ -331,3 +331,8 @@ def test_the_pure_twins_level_treap_keeps_its_orders_as_levels_come_and_go() -> 
                 held.append(lease)
         if step % 50 == 0 or step > 2950:
             assert _treap_nodes(t._root, -math.inf, math.inf) == len(t._levels)
+    for lease in held:
+        t.ack(lease)
+    while (lease := t.claim("w", 1e9, -(2**63))) is not None:
+        t.ack(lease)
+    assert t._root is None and not t._levels  # every level went with its last group

@@ -637,3 +637,62 @@ def test_undo_after_purge_and_a_new_claim_in_the_group_leaves_that_claim(transpo
     assert transport.stats().leased == 1
     transport.ack(other)  # still current
     assert len(transport) == 0
+
+
+@pytest.mark.parametrize("where", ["inside-an-operation", "inside-a-wait-end"])
+def test_user_code_around_a_wait_end_keeps_the_busy_guard(impl: Any, where: str) -> None:
+    """A wait ended from user code inside another operation is only noted
+    (an orphan), and leaves that operation marked busy: a claim from the
+    same user code is still refused.  User code run inside a wait's end
+    (under its lock) is refused too, and what it publishes goes to the next
+    waiting claim before the end returns.  (Profiler hooks stand for
+    finalisers here; the Cython transport runs no Python code under its
+    lock, so the hook never gets inside.)"""
+    import sys
+
+    from leasequeue._waiting import HANDED
+
+    t = impl.InMemoryTransport(clock=ManualClock())
+    first = t._waiter("w1", 30.0, 0, lambda: None)
+    second = t._waiter("w2", 30.0, 0, lambda: None)
+    assert t._wait_start(first) is None and t._wait_start(second) is None
+    target = "_settle" if where == "inside-an-operation" else "_end_locked"
+    got: List[str] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (event != "call" or got or frame.f_code.co_name != target
+                or frame.f_globals.get("__name__") != impl.__name__):
+            return
+        if where == "inside-an-operation":
+            assert t._wait_end(first, False) is None  # noted, ended as the operation ends
+        else:
+            t.publish("g", "from-user-code")  # held, then served to the waiting claim left
+        try:
+            t.claim("x", 10.0, 2**62)
+            got.append("ran")
+        except RuntimeError as exc:
+            got.append("refused" if "middle of another operation" in str(exc) else repr(exc))
+
+    sys.setprofile(hook)
+    try:
+        if where == "inside-an-operation":
+            t.stats()
+        else:
+            assert t._wait_end(first, False) is None
+    finally:
+        sys.setprofile(None)
+    if impl.__name__.endswith("_py"):
+        assert got == ["refused"]
+    else:
+        assert got == []
+        if where == "inside-an-operation":
+            assert t._wait_end(first, False) is None
+        else:
+            t.publish("g", "from-user-code")
+    assert t._waiting_count() == (1 if where == "inside-an-operation" else 0)
+    if where == "inside-a-wait-end":
+        assert second.state == HANDED
+        lease = t._wait_end(second, True)
+        assert (lease.group_id, lease.event, lease.worker_id) == ("g", "from-user-code", "w2")
+    else:
+        assert t._wait_end(second, False) is None
