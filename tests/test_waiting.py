@@ -285,10 +285,50 @@ def test_the_expiry_timer_ends_when_its_transport_is_collected(transport_cls: An
     timer = t._timer
     until(lambda timer=timer: timer._cond._waiters and not timer._poked, "the expiry timer asleep")
     thread = timer._thread
-    del t, w, timer
-    gc.collect()
-    thread.join(PATIENCE)
+    errors: List[Any] = []
+    old_hook = threading.excepthook
+    threading.excepthook = errors.append  # an exception ending the thread is a failure too
+    try:
+        del t, w, timer
+        gc.collect()
+        thread.join(PATIENCE)
+    finally:
+        threading.excepthook = old_hook
     assert not thread.is_alive(), "the expiry timer outlived its transport"
+    assert not errors, [e.exc_value for e in errors]
+
+
+def test_a_poke_does_not_make_the_expiry_timer_read_the_clock(transport: Any, clock: ManualClock) -> None:
+    """Poked (armed earlier), the timer only looks at its new arming; it
+    reads the clock when that time is due, not when poked."""
+    transport.publish("a", "x")
+    transport.publish("b", "y")
+    transport.claim("w1", 60.0)
+    [w] = start_waiters(transport, 1, min_priority=5)  # waits; the timer sleeps towards 1060
+    until(lambda: transport._timer is not None and transport._timer._cond._waiters and not transport._timer._poked,
+          "the expiry timer asleep")
+    reads = clock.reads
+    transport.claim("w2", 30.0)  # b until 1030: sooner, the timer is poked
+    time.sleep(0.3)
+    assert clock.reads == reads + 1, "the timer read the clock when poked"  # the claim's own reading only
+    transport.close()
+    joined([w])
+
+
+def test_the_expiry_timer_tries_again_after_its_clock_failed(transport_cls: Any) -> None:
+    """The timer's own reading fails (the clock raised): it tries again
+    later, and the expired lease is still handed to the waiting claim."""
+    clock = OneBadRead()
+    t = transport_cls(clock=clock)
+    t.publish("g", "e")
+    t.claim("crashed", 0.2)  # until 1000.2; the timer sleeps ~0.2 s towards it
+    [w] = start_waiters(t, 1)
+    clock.clock.set(1001.0)
+    clock.error = ValueError("clock broke")  # the next reading is the timer's
+    joined([w])
+    assert clock.error is None, "the timer did not read the clock"
+    assert (w.result.group_id, w.result.attempt) == ("g", 2)
+    t.close()
 
 
 def test_an_idle_expiry_timer_is_woken_for_a_new_expiry(transport_cls: Any) -> None:
