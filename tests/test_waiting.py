@@ -304,15 +304,46 @@ def test_a_poke_does_not_make_the_expiry_timer_read_the_clock(transport: Any, cl
     transport.publish("a", "x")
     transport.publish("b", "y")
     transport.claim("w1", 60.0)
-    [w] = start_waiters(transport, 1, min_priority=5)  # waits; the timer sleeps towards 1060
+    reads = clock.reads
+    [w] = start_waiters(transport, 1, min_priority=5)  # waits; the timer starts, sleeps towards 1060
     until(lambda: transport._timer is not None and transport._timer._cond._waiters and not transport._timer._poked,
           "the expiry timer asleep")
-    reads = clock.reads
     transport.claim("w2", 30.0)  # b until 1030: sooner, the timer is poked
     time.sleep(0.3)
-    assert clock.reads == reads + 1, "the timer read the clock when poked"  # the claim's own reading only
+    assert clock.reads == reads + 2, "the timer read the clock before its time"  # the wait's and the claim's
     transport.close()
     joined([w])
+
+
+def test_an_idle_expiry_timer_reads_no_clock(transport: Any, clock: ManualClock) -> None:
+    """After the timer served the last waiting claim it has nothing to watch:
+    it sleeps until poked, and reads no clock meanwhile."""
+    transport.publish("g", "e")
+    transport.claim("crashed", 0.2)  # until 1000.2
+    [w] = start_waiters(transport, 1)
+    clock.set(1001.0)
+    joined([w])  # the timer handed it over
+    until(lambda: transport._timer._cond._waiters and not transport._timer._poked, "the expiry timer asleep")
+    reads = clock.reads
+    time.sleep(1.0)
+    assert clock.reads == reads, "an idle expiry timer read the clock"
+
+
+def test_the_expiry_timer_watches_a_lease_too_long_to_sleep_towards(transport_cls: Any) -> None:
+    """A lease that ends further away than a thread can sleep (more than
+    ``threading.TIMEOUT_MAX`` seconds): the timer waits until poked, and a
+    sooner lease that comes later is still served."""
+    t = transport_cls(clock=time.monotonic)
+    t.publish("far", "e")
+    t.publish("near", "e")
+    t.claim("w1", threading.TIMEOUT_MAX * 2.0)
+    near = t.claim("crashed", threading.TIMEOUT_MAX * 2.0)
+    [w] = start_waiters(t, 1, timeout=5.0)
+    until(lambda: t._timer is not None and t._timer._cond._waiters and not t._timer._poked, "the expiry timer asleep")
+    t.extend(near, 0.05)  # "near" ends 0.05 s from now: the timer is poked
+    joined([w])
+    assert w.result is not None and (w.result.group_id, w.result.attempt) == ("near", 2)
+    t.close()
 
 
 def test_the_expiry_timer_tries_again_after_its_clock_failed(transport_cls: Any) -> None:
