@@ -336,3 +336,13 @@ def test_the_pure_twins_level_treap_keeps_its_orders_as_levels_come_and_go() -> 
     while (lease := t.claim("w", 1e9, -(2**63))) is not None:
         t.ack(lease)
     assert t._root is None and not t._levels  # every level went with its last group
+
+
+def test_the_transport_as_a_context_manager_closes_and_repr_counts(transport_cls: Any) -> None:
+    with transport_cls(clock=ManualClock()) as t:
+        assert not t.closed
+        t.publish("g", "e")
+        t.publish("h", "f")
+        t.publish("g", "e2")
+        assert repr(t).endswith(f"{type(t).__qualname__} messages=3 groups=2>")
+    assert t.closed
