@@ -318,3 +318,43 @@ def test_lease_lost_names_the_delivery(transport: Any) -> None:
         "lease of message 1 in group 'orders' (attempt 1) is not current: "
         "it was acked, nacked, re-delivered, or issued by another transport"
     )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_round_robin_through_heap_compactions_matches_the_referee(transport_cls: Any, seed: int) -> None:
+    """One priority level whose heap fills with stale entries (most ready
+    groups paused at once) until it is compacted, again and again, with
+    claims, acks and resumes in between: the compacted heap must still serve
+    the least recently claimed group first.  Every claim is compared with the
+    referee's."""
+    from leasequeue.testing import ManualClock, ReferenceTransport
+
+    rng = random.Random(seed)
+    clocks = [ManualClock(), ManualClock()]
+    t, ref = transport_cls(clock=clocks[0]), ReferenceTransport(clock=clocks[1])
+    names = [f"g{i}" for i in range(200)]
+    for x in (t, ref):
+        for name in names:
+            x.publish(name, 0)
+            x.publish(name, 1)
+    held: List[Any] = []
+
+    def claim_some(n: int) -> None:
+        for _ in range(n):
+            got, want = t.claim("w", 100.0), ref.claim("w", 100.0)
+            assert (got and (got.group_id, got.seq)) == (want and (want.group_id, want.seq))
+            if got is not None:
+                held.append((got, want))
+        while held and rng.random() < 0.8:
+            got, want = held.pop(rng.randrange(len(held)))
+            for x, lease in ((t, got), (ref, want)):
+                x.publish(lease.group_id, "more")  # never empties: keeps its round-robin place
+                x.ack(lease)
+
+    for _ in range(12):
+        claim_some(rng.randrange(5, 40))
+        for name in rng.sample(names, rng.randrange(100, 180)):
+            assert t.pause(name) == ref.pause(name)
+        claim_some(rng.randrange(1, 10))
+        for name in rng.sample(names, rng.randrange(50, 200)):
+            assert t.resume(name) == ref.resume(name)
