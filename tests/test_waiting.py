@@ -1468,3 +1468,44 @@ def test_serving_a_waiting_claim_frees_an_expired_lease_at_any_lease_count(
             assert (lease.group_id, lease.event, lease.attempt) == ("g", "a", 2)
         finally:
             t._wait_end(rec, False)
+
+
+def test_a_poke_while_the_expiry_timer_is_between_reading_and_sleeping_is_not_lost() -> None:
+    """The timer reads its arming, then sleeps; a poke that comes in between
+    (the arming moved earlier) must not be lost, or the timer would sleep
+    towards the old, later time.  The timer is held in that gap by a
+    subclass of the pure transport (the Cython class cannot be subclassed;
+    the timer, ``_waiting.py``, is the same code for both)."""
+    from leasequeue._inmemory_py import InMemoryTransport
+
+    transport_cls = InMemoryTransport
+    entered, proceed = threading.Event(), threading.Event()
+    trap = [False]
+
+    class Held(transport_cls):  # type: ignore[misc, valid-type]
+        def _timer_due(self) -> Any:
+            due = super()._timer_due()
+            if trap[0]:
+                trap[0] = False
+                entered.set()
+                proceed.wait(PATIENCE)
+            return due
+
+    clock = ManualClock()
+    t = Held(clock=clock)
+    t.publish("a", "x")
+    t.publish("b", "y")
+    t.claim("w1", 60.0)
+    held = t.claim("w2", 60.0)
+    [w] = start_waiters(t, 1, timeout=5.0)  # the timer sleeps towards 1060
+    until(lambda: t._timer is not None and t._timer._cond._waiters and not t._timer._poked, "the expiry timer asleep")
+    trap[0] = True
+    held = t.extend(held, 30.0)  # b until 1030: the timer is poked, reads 1030 and is held
+    assert entered.wait(PATIENCE), "the timer did not read its arming"
+    clock.set(1001.0)
+    t.extend(held, 0.2)  # b until 1001.2: poked again while it is held
+    proceed.set()
+    clock.set(1002.0)
+    joined([w])
+    assert w.result is not None and (w.result.group_id, w.result.attempt) == ("b", 2), "the second poke was lost"
+    t.close()
