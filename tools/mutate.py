@@ -153,10 +153,9 @@ first, which is where their mutants die::
   test_waiting.py::test_a_clock_reading_operation_serves_what_its_reading_expired
   (the expiry timer kept out, so they die every time).  Still surviving of
   everything run: 1 (``_serve_waiters``' ``if self._nwaiting or False``).
-* Not run yet: most of the waiting section (see the next bullet),
-  ``_validation.py`` (192 mutants), ``_types.py`` (4), ``_waiting.py``
-  (236); the full default subset per mutant did not fit a session (its
-  baseline alone ran over 10 minutes on the loaded machine).
+* (Then not run yet: most of the waiting section, ``_validation.py``,
+  ``_types.py``, ``_waiting.py``: run in the session recorded in the last
+  bullets.)
 * The waiting section (branch mutwait): ``--changed-since 5033c03 --lines
   440-555,697-704,740-745,1206-1260,1672-2000`` selects 546 mutants (60 of
   them listed as equivalent).  Run with the ARGS above replaced by
@@ -182,6 +181,53 @@ first, which is where their mutants die::
   under the coverage tracer (a pending async exception makes every thread
   give up the GIL at each check): 20+ minutes on the loaded machine, hence
   deselected.
+
+* Session of 2026-11-30 evening (``ARGS_W`` = the waiting-section ARGS
+  above; ``--jobs 1`` each, several runs side by side; "killed by a new
+  test" was checked one mutant at a time with ``--mutant ID --all-tests``):
+
+  - The waiting section's rest, ``--changed-since 5033c03 --lines
+    1750-2004 --timeout 50 --skip-equivalent`` with ``ARGS_W``: 346
+    mutants, 267 killed, 20 timeouts (endless loops of ``_serve_nested``
+    and ``_close_waiters``), 20 skipped as listed, 39 survived: 19 killed by
+    new tests, 20 listed as equivalent, 0 left.  (Lines 1731-1749 ran
+    first: 35 mutants, 1 survivor, listed.)  The previous runs' 17
+    survivors: 5 killed by new tests, 12 listed.
+  - ``_validation.py`` and ``_types.py`` (196 mutants; test_edges,
+    test_inmemory_specifics, test_control_plane, test_batches,
+    test_waiting, test_contract_inmemory): 174 killed, 22 survived: 13
+    killed by new tests (the kit had imported the int64 ends from
+    ``_validation`` as its own oracle), 9 listed (fast paths), 0 left.
+  - ``_waiting.py`` (236 mutants; test_waiting, test_waiting_control,
+    test_waiting_idle, test_waiting_signals, test_readme_waiting and the
+    serving finaliser test; ``--timeout 50``): 158 killed, 20 timeouts, 58
+    survived: 26 killed by new tests, 28 listed (5 of them marked "timing
+    only"), 4 left: ``_MAIN_SLICE`` and ``_MAX_TIMER_SLEEP`` made a second
+    longer (an interrupt, or a stood-still manual clock, noticed up to a
+    second later: only a timing threshold would tell), and ``poke_timer``'s
+    re-read under ``_timers_lock`` dropped (two threads starting the first
+    timer at once could start two).  ``IDLE``/``CLOSED`` renumbered are
+    killed by the Cython variants (``--env LEASEQUEUE_NO_EXTENSIONS=0 -k
+    cython``).
+  - Lines unchanged since 0.1.0 (never run before; ``--lines`` = the
+    complement of ``git diff -U0 5033c03``, 1037 mutants) with ``ARGS_P`` =
+    ``-k "not cython"`` over test_edges, test_contract_inmemory,
+    test_inmemory_specifics, test_invariants, test_differential,
+    test_memory_bounds, test_control_plane, test_batches; ``--timeout``
+    40, then 30.  Stopped at the time box after 837 of the 1037 (not
+    reached: most of ack/nack/extend/stats, lines 786-895): 638 killed, 13
+    skipped as listed, 120 timeouts, 66 survived: 31 killed by new tests or
+    by tests outside that subset (test_faults, test_faults_part2), 18
+    listed, 17 left.  The left: ``_add``'s MemoryError rollback (6: the
+    group entry or the new empty level left behind, the error swallowed),
+    publish's seq give-back when something was published meanwhile (2),
+    ack's message-list compaction thresholds (7, probably memory only, not
+    checked), ack keeping the acked slot's event referenced until the next
+    compaction (1), ``_compact`` not repairing ``best`` (1).  The timeouts
+    are not classified: many are mutants every test executes (argument fast
+    paths, ``__init__`` constants), whose whole-subset run outlasts 30-40 s
+    (those of them that are fast paths are listed now), the rest endless
+    loops.
 
 Equivalents file format: blocks separated by blank lines, ``key: value``
 lines; ``file``, ``in`` (enclosing function), ``before`` and ``after`` (the
