@@ -32,11 +32,10 @@ from typing import Any, Deque, FrozenSet, Iterator, List, NamedTuple, Optional, 
 
 from ._harness import Harness
 from ._ops import FOREIGN, OMIT, Batch, ClockFault, Forged, LeaseRef, Name, Op, Seconds
+from ._reference import INT64_MAX, INT64_MIN
 
 __all__ = ["Capabilities", "RandomOps"]
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 NAN = math.nan
 INF = math.inf
 

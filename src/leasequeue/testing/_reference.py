@@ -49,6 +49,8 @@ from .._types import PARKED, GroupInfo, TransportStats
 
 __all__ = ["ReferenceLease", "ReferenceTransport"]
 
+# The signed 64-bit ends, written out: the referee (and the rest of the kit,
+# which imports them from here) never takes the code under test's constants.
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 

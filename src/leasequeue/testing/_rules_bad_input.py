@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, NamedTuple
 import pytest
 
 from .._errors import LeaseLost
-from ._contract_base import INT64_MAX, INT64_MIN, ContractBase, ContractClock, MakeTransport, fingerprint
+from ._contract_base import ContractBase, ContractClock, MakeTransport, fingerprint
+from ._reference import INT64_MAX, INT64_MIN
 
 __all__ = ["BadInputRules", "ClockTouched", "assert_changes_nothing", "bad_input_history"]
 
