@@ -58,6 +58,12 @@ def until(condition: Callable[[], Any], what: str, patience: float = PATIENCE) -
         time.sleep(0.002)
 
 
+def timer_asleep(t: Any) -> None:
+    """Wait until ``t``'s expiry timer exists and sleeps in its wait, not poked."""
+    until(lambda: t._timer is not None and t._timer._cond._waiters and not t._timer._poked,
+          "the expiry timer asleep")
+
+
 async def queued(t: Any, n: int) -> None:
     """In a coroutine: wait until ``n`` claims are queued in ``t`` (bounded)."""
     deadline = time.monotonic() + PATIENCE
@@ -258,11 +264,9 @@ def test_close_ends_the_expiry_timer(transport: Any) -> None:
     transport.publish("g", "e")
     transport.claim("x", 10.0**6)  # the timer sleeps towards this expiry
     [w] = start_waiters(transport, 1, timeout=None)
-    until(lambda: transport._timer is not None, "the expiry timer started")
-    timer = transport._timer
     # asleep in its long wait (else it could see the transport closed by itself)
-    until(lambda: timer._cond._waiters and not timer._poked, "the expiry timer asleep")
-    timer = timer._thread
+    timer_asleep(transport)
+    timer = transport._timer._thread
     transport.close()
     joined([w])
     assert w.result is None
@@ -282,8 +286,8 @@ def test_the_expiry_timer_ends_when_its_transport_is_collected(transport_cls: An
     [w] = start_waiters(t, 1, timeout=PATIENCE)
     joined([w])  # served by the timer, which then has nothing to watch
     assert w.result is not None and w.result.attempt == 2
+    timer_asleep(t)
     timer = t._timer
-    until(lambda timer=timer: timer._cond._waiters and not timer._poked, "the expiry timer asleep")
     thread = timer._thread
     errors: List[Any] = []
     old_hook = threading.excepthook
@@ -306,8 +310,7 @@ def test_a_poke_does_not_make_the_expiry_timer_read_the_clock(transport: Any, cl
     transport.claim("w1", 60.0)
     reads = clock.reads
     [w] = start_waiters(transport, 1, min_priority=5)  # waits; the timer starts, sleeps towards 1060
-    until(lambda: transport._timer is not None and transport._timer._cond._waiters and not transport._timer._poked,
-          "the expiry timer asleep")
+    timer_asleep(transport)
     transport.claim("w2", 30.0)  # b until 1030: sooner, the timer is poked
     time.sleep(0.3)
     assert clock.reads == reads + 2, "the timer read the clock before its time"  # the wait's and the claim's
@@ -323,7 +326,7 @@ def test_an_idle_expiry_timer_reads_no_clock(transport: Any, clock: ManualClock)
     [w] = start_waiters(transport, 1)
     clock.set(1001.0)
     joined([w])  # the timer handed it over
-    until(lambda: transport._timer._cond._waiters and not transport._timer._poked, "the expiry timer asleep")
+    timer_asleep(transport)
     reads = clock.reads
     time.sleep(1.0)
     assert clock.reads == reads, "an idle expiry timer read the clock"
@@ -339,7 +342,7 @@ def test_the_expiry_timer_watches_a_lease_too_long_to_sleep_towards(transport_cl
     t.claim("w1", threading.TIMEOUT_MAX * 2.0)
     near = t.claim("crashed", threading.TIMEOUT_MAX * 2.0)
     [w] = start_waiters(t, 1, timeout=5.0)
-    until(lambda: t._timer is not None and t._timer._cond._waiters and not t._timer._poked, "the expiry timer asleep")
+    timer_asleep(t)
     t.extend(near, 0.05)  # "near" ends 0.05 s from now: the timer is poked
     joined([w])
     assert w.result is not None and (w.result.group_id, w.result.attempt) == ("near", 2)
@@ -373,7 +376,7 @@ def test_an_idle_expiry_timer_is_woken_for_a_new_expiry(transport_cls: Any) -> N
         [w] = start_waiters(t, 1, timeout=5.0)
         joined([w])
         assert w.result is not None and (w.result.group_id, w.result.attempt) == (group, 2), group
-        until(lambda: t._timer._cond._waiters and not t._timer._poked, "the expiry timer asleep")
+        timer_asleep(t)
     t.close()
 
 
@@ -1498,7 +1501,7 @@ def test_a_poke_while_the_expiry_timer_is_between_reading_and_sleeping_is_not_lo
     t.claim("w1", 60.0)
     held = t.claim("w2", 60.0)
     [w] = start_waiters(t, 1, timeout=5.0)  # the timer sleeps towards 1060
-    until(lambda: t._timer is not None and t._timer._cond._waiters and not t._timer._poked, "the expiry timer asleep")
+    timer_asleep(t)
     trap[0] = True
     held = t.extend(held, 30.0)  # b until 1030: the timer is poked, reads 1030 and is held
     assert entered.wait(PATIENCE), "the timer did not read its arming"
