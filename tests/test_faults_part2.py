@@ -633,6 +633,62 @@ def test_publish_many_failing_at_any_item_is_taken_back_whole(impl: Any, nested_
             assert fingerprint(a, clocks[0]) == fingerprint(b, clocks[1]), k
 
 
+@pytest.mark.parametrize("nested_publish", [False, True])
+def test_publish_failing_gives_its_seq_back_unless_one_was_published_meanwhile(impl: Any,
+                                                                             nested_publish: bool) -> None:
+    """``publish`` whose message cannot be added (a profiler hook raises
+    ``MemoryError`` at the pure twin's ``_add``, as the message's first
+    allocation failing would) raises and changes nothing, and its seq is free
+    again: the next publish gets it.  Unless user code inside the call (the
+    hook) published meanwhile: that message got the next seq and is added, and
+    the failed call's seq stays used, so that no seq is handed out twice.  The
+    Cython transport runs no Python function under its lock: the hook never
+    fires and the publish goes through."""
+    pure = impl.__name__.endswith("_py")
+    t = impl.InMemoryTransport(clock=ManualClock())
+    first = t.publish("old", "o")
+    fired: List[str] = []
+    nested: List[int] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if (not fired and event == "call" and frame.f_code.co_name == "_add"
+                and frame.f_globals.get("__name__") == impl.__name__):
+            fired.append(event)
+            if nested_publish:
+                nested.append(t.publish("nested", "n"))
+            raise MemoryError("the message's first allocation")
+
+    sys.setprofile(hook)
+    try:
+        got: Any = t.publish("new", "e")
+    except MemoryError:
+        got = None
+    finally:
+        sys.setprofile(None)
+    assert bool(fired) == pure == (got is None)
+    if not pure:
+        assert got == first + 1
+        assert t.publish("probe", "p") == first + 2
+        return
+    assert t.group("new") is None
+    if nested_publish:
+        assert nested == [first + 2]
+        assert t.publish("probe", "p") == first + 3
+        expected = [("old", first, "o"), ("nested", first + 2, "n"), ("probe", first + 3, "p")]
+    else:
+        assert not nested
+        assert t.publish("probe", "p") == first + 1
+        expected = [("old", first, "o"), ("probe", first + 1, "p")]
+    assert t.stats().messages == len(expected)
+    got_all = []
+    for _ in expected:
+        lease = t.claim("w", 10.0)
+        got_all.append((lease.group_id, lease.seq, lease.event))
+        t.ack(lease)
+    assert got_all == expected
+    assert t.claim("w", 10.0) is None
+
+
 def test_claim_many_failing_at_a_claim_ends_the_batch_there(impl: Any) -> None:
     """``claim_many`` when its k-th claim fails (a profiler hook raises
     ``MemoryError`` at the pure twin's call that makes the claim, as the
@@ -694,8 +750,10 @@ def _levels(t: Any, *priorities: int) -> None:
 #: largest treap weight of the transport's seeded generator: left in the tree,
 #: it would sit above the level made for the next group at its priority.
 FAILING_ALLOCATIONS = {
-    # publish creating a group at a level made for it (its heap entry: heappush in _make_ready)
+    # publish creating a group at a level made for it, or at one that holds a
+    # group already (its heap entry: heappush in _make_ready)
     "publish-new-level": (lambda t: _levels(t, 5, 6, 7, 8), lambda t: t.publish("new", "e"), ("c_call", "_make_ready")),
+    "publish-old-level": (lambda t: _levels(t, 0), lambda t: t.publish("new", "e"), ("c_call", "_make_ready")),
     # pause creating a group at a level made for it, or at an existing level
     "pause-new-level": (lambda t: _levels(t, 5, 6, 7, 8), lambda t: t.pause("new"), ("call", "_paused_group")),
     "pause-old-level": (lambda t: _levels(t, 0), lambda t: t.pause("new"), ("call", "_paused_group")),
@@ -708,15 +766,30 @@ FAILING_ALLOCATIONS = {
 }
 
 
+def _pure_levels(t: Any) -> Tuple[List[int], List[Tuple[int, int]]]:
+    """White box, pure twin: the priorities its level dict holds, and each
+    level of its treap, in order, with its group count."""
+    nodes: List[Tuple[int, int]] = []
+
+    def walk(node: Any) -> None:
+        if node is not None:
+            walk(node.left)
+            nodes.append((node.priority, node.groups))
+            walk(node.right)
+
+    walk(t._root)
+    return sorted(t._levels), nodes
+
+
 @pytest.mark.parametrize("case", list(FAILING_ALLOCATIONS))
 def test_pause_and_set_priority_failing_to_allocate_change_nothing(impl: Any, case: str) -> None:
     """``pause`` of an unknown group, ``set_priority`` of a ready group and
     ``publish`` to a new group allocate one thing under the lock (the group;
     the entry in a level's heap), after maybe creating a priority level for
-    it: when that
-    allocation fails (a profiler hook raises ``MemoryError`` at the pure
-    twin's call), the level made for it goes too and the transport is as it
-    was: a later group at that priority is claimable like any other.  The
+    it: when that allocation fails (a profiler hook raises ``MemoryError``
+    at the pure twin's call), the level made for it goes too, a level that
+    was there stays, and the transport is as it was: a later group at that
+    priority is claimable like any other.  The
     Cython transport runs no Python function under its lock: the hook never
     fires and the call goes through."""
     pure = impl.__name__.endswith("_py")
@@ -746,6 +819,8 @@ def test_pause_and_set_priority_failing_to_allocate_change_nothing(impl: Any, ca
     if not failed:
         call(b)
     assert a.groups() == b.groups() and a.stats() == b.stats()
+    if pure:  # white box: no empty level left behind (it would be kept for good)
+        assert _pure_levels(a) == _pure_levels(b)
     for round in range(3):  # every level the case touched, made and dropped again
         for t in (a, b):
             for i, priority in enumerate((0, 5, 9, 0, 5, 9, -1)):
