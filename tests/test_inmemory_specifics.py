@@ -338,6 +338,42 @@ def test_the_pure_twins_level_treap_keeps_its_orders_as_levels_come_and_go() -> 
     assert t._root is None and not t._levels  # every level went with its last group
 
 
+@pytest.mark.parametrize("backlog", [1, 40])
+def test_the_pure_twins_ack_cuts_a_groups_message_list_once_in_a_while(backlog: int) -> None:
+    """White box, pure twin only (the Cython core's lists are C arrays): ack
+    leaves a spent slot at the front of its group's message list and cuts the
+    spent slots off only once they are many (at least 32, and half the list),
+    so that an ack costs O(1) amortised and the list stays within about twice
+    the backlog.  Cutting on every ack costs O(backlog) per ack, and never
+    cutting keeps a slot for every message the group ever held: the
+    behavioural tests see neither (the memory test sees the second)."""
+    from leasequeue import _inmemory_py
+
+    class Cuts(list):  # type: ignore[type-arg]
+        count = 0
+
+        def __delitem__(self, index: Any) -> None:
+            self.count += 1
+            super().__delitem__(index)
+
+    t = _inmemory_py.InMemoryTransport(clock=ManualClock())
+    for _ in range(backlog):
+        t.publish("G", None)
+    group = t._groups["G"]
+    group.messages = cuts = Cuts(group.messages)
+    longest = 0
+    rounds = 1000
+    for _ in range(rounds):
+        t.publish("G", None)
+        t.ack(t.claim("w", 60.0))
+        assert t._groups["G"].messages is cuts
+        longest = max(longest, len(cuts))
+    # a cut every max(32, backlog) acks; loose bounds, not the tuning constant
+    assert 1 <= cuts.count <= rounds // 16, cuts.count
+    assert longest <= 4 * max(32, backlog), longest
+    assert len(t) == backlog
+
+
 def test_the_transport_as_a_context_manager_closes_and_repr_counts(transport_cls: Any) -> None:
     with transport_cls(clock=ManualClock()) as t:
         assert not t.closed

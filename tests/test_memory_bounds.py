@@ -122,3 +122,31 @@ def test_pause_resume_churn_after_many_claims_does_not_grow_memory(make_transpor
     leases = [t.claim("w", 60.0), t.claim("w", 60.0)]
     assert sorted(lease.group_id for lease in leases) == ["A", "B"] and t.claim("w", 60.0) is None
     assert len(t) == 2
+
+
+def _fed_rounds(t: Any, n: int) -> None:
+    for _ in range(n):
+        t.publish("G", None)  # the producer keeps the group's backlog steady ...
+        t.ack(t.claim("w", 60.0))  # ... as a worker takes its oldest message
+
+
+@pytest.mark.parametrize("backlog", [1, 40])
+def test_a_group_fed_as_fast_as_it_is_drained_does_not_grow_memory(make_transport: Any, backlog: int) -> None:
+    """A group that never empties (a long-running workflow whose producer
+    keeps pace with its workers) must not keep a slot for every message it
+    ever held: after 20k messages through it, with a backlog of 1 or of 40
+    behind the one leased, memory is what it was."""
+    t = make_transport(clock=ManualClock())
+    for _ in range(backlog):
+        t.publish("G", None)
+    _fed_rounds(t, 2_000)  # warm up
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        _fed_rounds(t, 20_000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # 20k messages that each kept an 8-byte slot would hold 160 kB
+    assert grown < 64 * 1024, f"memory grew by {grown} bytes over 20k messages"
+    assert len(t) == backlog and t.stats().groups == 1
