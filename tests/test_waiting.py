@@ -274,6 +274,44 @@ def test_close_ends_the_expiry_timer(transport: Any) -> None:
     assert not timer.is_alive(), "the expiry timer outlived close()"
 
 
+def test_two_threads_starting_the_first_expiry_timer_at_once_start_one(transport: Any) -> None:
+    """The expiry timer is started on first use, by whichever thread pokes it
+    first: two threads that both found none, and then queue on the lock that
+    guards starting one, start one timer between them (the second finds the
+    first's).  The test holds that lock until both threads wait on it."""
+    import inspect
+    import sys
+
+    from leasequeue import _waiting
+
+    source = _waiting.poke_timer.__code__
+    lines = inspect.getsource(_waiting.poke_timer).splitlines()
+    with_line = source.co_firstlineno + next(i for i, line in enumerate(lines) if "with _timers_lock" in line)
+
+    def queued_on_the_lock(thread: threading.Thread) -> bool:
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None and frame.f_code is not source:
+            frame = frame.f_back
+        return frame is not None and frame.f_lineno == with_line
+
+    before = set(threading.enumerate())
+    pokers = [threading.Thread(target=_waiting.poke_timer, args=(transport,)) for _ in range(2)]
+    with _waiting._timers_lock:
+        for poker in pokers:
+            poker.start()
+        until(lambda: all(queued_on_the_lock(poker) for poker in pokers), "both threads queued on the lock")
+        assert transport._timer is None
+    for poker in pokers:
+        poker.join(PATIENCE)
+        assert not poker.is_alive()
+    timer = transport._timer
+    started = [th for th in threading.enumerate() if th not in before and th.name == "leasequeue-expiry-timer"]
+    assert started == [timer._thread], "two expiry timers for one transport"
+    transport.close()
+    timer._thread.join(PATIENCE)
+    assert not timer._thread.is_alive()
+
+
 def test_the_expiry_timer_ends_when_its_transport_is_collected(transport_cls: Any) -> None:
     """The timer holds its transport weakly; when the transport is garbage
     collected the timer is woken from its wait (armed for nothing: it would
