@@ -338,13 +338,13 @@ def test_the_pure_twins_level_treap_keeps_its_orders_as_levels_come_and_go() -> 
     assert t._root is None and not t._levels  # every level went with its last group
 
 
-@pytest.mark.parametrize("backlog", [1, 40])
+@pytest.mark.parametrize("backlog", [1, 40, 1000])
 def test_the_pure_twins_ack_cuts_a_groups_message_list_once_in_a_while(backlog: int) -> None:
     """White box, pure twin only (the Cython core's lists are C arrays): ack
     leaves a spent slot at the front of its group's message list and cuts the
-    spent slots off only once they are many (at least 32, and half the list),
-    so that an ack costs O(1) amortised and the list stays within about twice
-    the backlog.  Cutting on every ack costs O(backlog) per ack, and never
+    spent slots off only once they are many (at least 32, and as many as the
+    backlog), so that an ack costs O(1) amortised and the list stays within
+    about twice the backlog.  Cutting on every ack costs O(backlog) per ack, and never
     cutting keeps a slot for every message the group ever held: the
     behavioural tests see neither (the memory test sees the second)."""
     from leasequeue import _inmemory_py
@@ -362,16 +362,48 @@ def test_the_pure_twins_ack_cuts_a_groups_message_list_once_in_a_while(backlog: 
     group = t._groups["G"]
     group.messages = cuts = Cuts(group.messages)
     longest = 0
-    rounds = 1000
+    rounds = 2000
     for _ in range(rounds):
         t.publish("G", None)
         t.ack(t.claim("w", 60.0))
         assert t._groups["G"].messages is cuts
         longest = max(longest, len(cuts))
-    # a cut every max(32, backlog) acks; loose bounds, not the tuning constant
-    assert 1 <= cuts.count <= rounds // 16, cuts.count
-    assert longest <= 4 * max(32, backlog), longest
+    # a cut every max(32, backlog) acks; loose bounds, not the tuning constants
+    every = max(32, backlog)
+    assert 1 <= cuts.count <= 2 * (rounds // every) + 1, cuts.count
+    assert longest <= 4 * every, longest
     assert len(t) == backlog
+
+
+def test_the_pure_twins_expiry_heap_is_rebuilt_only_once_in_a_while() -> None:
+    """White box, pure twin only: each extend leaves the old expiry entry
+    behind, stale; the expiry heap is rebuilt from its live entries only once
+    the stale ones outnumber them (and 64 more), so that a lock costs O(1)
+    amortised however many leases are live.  Rebuilding on every lock, or
+    after a fixed number of stale entries, costs O(live) per lock: the
+    behavioural tests cannot see that."""
+    from leasequeue import _inmemory_py
+
+    t = _inmemory_py.InMemoryTransport(clock=ManualClock())
+    live = 1000
+    for i in range(live):
+        t.publish("g%d" % i, None)
+    leases = [t.claim("w", 60.0) for _ in range(live)]
+    lease = leases[0]
+    rebuilds = 0
+    heap = t._expiry
+    longest = 0
+    rounds = 3000
+    for _ in range(rounds):
+        lease = t.extend(lease, 60.0)
+        if t._expiry is not heap:
+            rebuilds += 1
+            heap = t._expiry
+        longest = max(longest, len(heap))
+    # a rebuild every live + 65 extends; loose bounds, not the tuning constants
+    assert 1 <= rebuilds <= 2 * (rounds // (live + 64)) + 1, rebuilds
+    assert longest <= 4 * live + 64, longest
+    assert t.stats().leased == live
 
 
 def test_the_transport_as_a_context_manager_closes_and_repr_counts(transport_cls: Any) -> None:
