@@ -406,6 +406,30 @@ def test_the_pure_twins_expiry_heap_is_rebuilt_only_once_in_a_while() -> None:
     assert t.stats().leased == live
 
 
+def test_the_pure_twins_table_of_groups_is_copied_only_a_few_times_as_it_drains() -> None:
+    """White box, pure twin only: as a backlog of groups drains, the table of
+    groups is copied into a smaller one each time it holds an eighth of what
+    it held at the last copy (test_memory_bounds checks that memory comes
+    back), so a drain of n groups copies O(log n) times, O(n) in all.
+    Copying on every forget below some size costs O(n) per ack: the
+    behavioural tests cannot see that."""
+    from leasequeue import _inmemory_py
+
+    t = _inmemory_py.InMemoryTransport(clock=ManualClock())
+    n = 20_000
+    for i in range(n):
+        t.publish("g%d" % i, None)
+    table = t._groups
+    copies = 0
+    while (lease := t.claim("w", 60.0)) is not None:
+        t.ack(lease)
+        if t._groups is not table:
+            copies += 1
+            table = t._groups
+    assert 1 <= copies <= 10, copies
+    assert not t._groups
+
+
 def test_the_transport_as_a_context_manager_closes_and_repr_counts(transport_cls: Any) -> None:
     with transport_cls(clock=ManualClock()) as t:
         assert not t.closed

@@ -150,3 +150,31 @@ def test_a_group_fed_as_fast_as_it_is_drained_does_not_grow_memory(make_transpor
     # 20k messages that each kept an 8-byte slot would hold 160 kB
     assert grown < 64 * 1024, f"memory grew by {grown} bytes over 20k messages"
     assert len(t) == backlog and t.stats().groups == 1
+
+
+def _drain(t: Any) -> None:
+    while (lease := t.claim("w", 60.0)) is not None:
+        t.ack(lease)
+
+
+def test_a_drained_backlog_of_many_groups_gives_its_memory_back(make_transport: Any) -> None:
+    """A dict never gives memory back when entries are deleted: after a
+    backlog of 50k groups drained, the transport's table of groups must be
+    copied into one sized for what is left, or it keeps megabytes for good."""
+    t = make_transport(clock=ManualClock())
+    t.publish("warm", None)
+    _drain(t)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(50_000):
+            t.publish("g%d" % i, None)
+        full = tracemalloc.get_traced_memory()[0] - before
+        _drain(t)
+        left = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert full > 1_000_000, full  # the backlog did take memory
+    # an unshrunk table for 50k groups holds over 1 MB
+    assert left < 256 * 1024, f"{left} bytes still held after the backlog drained"
+    assert len(t) == 0 and t.stats().groups == 0
