@@ -116,11 +116,12 @@ def test_expired_park_keeps_its_groups_place(transport: Any, clock: ManualClock)
     assert _drain(transport) == [("a", "a1", 2), ("b", "b2", 1), ("c", "c2", 1), ("a", "a2", 1)]
 
 
-def test_stats_sees_an_expiry_on_a_clock_near_zero(transport_cls: Any) -> None:
+@pytest.mark.parametrize("first", ["stats", "claim"])
+def test_an_expiry_is_seen_on_a_clock_near_zero(transport_cls: Any, first: str) -> None:
     """stats() counts a lease whose time ran out as neither leased nor parked,
-    also when the clock reads less than the number of locks taken so far
-    (stats must compare the lock's end time, not its place in the expiry
-    heap's order, with now)."""
+    and claim() serves its message again, also when the clock reads less than
+    the number of locks taken so far (each must compare the lock's end time,
+    not its place in the expiry heap's order, with now)."""
     clock = ManualClock(0.0)
     t = transport_cls(clock=clock)
     for i in range(8):  # eight locks taken: the expiry heap's counter is past 8
@@ -132,7 +133,12 @@ def test_stats_sees_an_expiry_on_a_clock_near_zero(transport_cls: Any) -> None:
     t.nack(t.claim("w", 100.0), 0.25)
     assert t.stats() == (2, 2, 1, 1, 0)
     clock.advance(1.0)  # now 1.0: both locks ran out
-    assert t.stats() == (2, 2, 0, 0, 0)
+    if first == "stats":
+        assert t.stats() == (2, 2, 0, 0, 0)
+    else:
+        lease = t.claim("w", 10.0)
+        assert lease is not None and (lease.group_id, lease.attempt) == ("late", 2)
+        assert t.stats() == (2, 2, 1, 0, 0)
 
 
 # -- round-robin: a forgotten group starts fresh -------------------------------------
