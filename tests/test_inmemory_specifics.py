@@ -384,18 +384,22 @@ def test_the_pure_twins_expiry_heap_is_rebuilt_only_once_in_a_while() -> None:
     behavioural tests cannot see that."""
     from leasequeue import _inmemory_py
 
-    t = _inmemory_py.InMemoryTransport(clock=ManualClock())
+    clock = ManualClock()
+    t = _inmemory_py.InMemoryTransport(clock=clock)
     live = 1000
     for i in range(live):
         t.publish("g%d" % i, None)
-    leases = [t.claim("w", 60.0) for _ in range(live)]
+    # every lease ends at its own time, in no particular order
+    ends = [60.0 + (j * 389 % live) / live for j in range(live)]
+    leases = [t.claim("w", end) for end in ends]
     lease = leases[0]
     rebuilds = 0
     heap = t._expiry
     longest = 0
     rounds = 3000
-    for _ in range(rounds):
-        lease = t.extend(lease, 60.0)
+    for i in range(rounds):
+        ends[0] = 60.0 + (i * 7919 % rounds) / rounds
+        lease = t.extend(lease, ends[0])
         if t._expiry is not heap:
             rebuilds += 1
             heap = t._expiry
@@ -403,24 +407,36 @@ def test_the_pure_twins_expiry_heap_is_rebuilt_only_once_in_a_while() -> None:
     # a rebuild every live + 65 extends; loose bounds, not the tuning constants
     assert 1 <= rebuilds <= 2 * (rounds // (live + 64)) + 1, rebuilds
     assert longest <= 4 * live + 64, longest
-    assert t.stats().leased == live
+    # the rebuilt heap still frees each lease when its time runs out
+    start = clock.now
+    for k in range(12):
+        clock.set(start + 60.0 + k / 10)
+        assert t.stats().leased == sum(1 for end in ends if start + end >= clock.now), k
+    assert len({t.claim("w", 60.0).group_id for _ in range(live)}) == live
 
 
 def test_the_pure_twins_table_of_groups_is_copied_only_a_few_times_as_it_drains() -> None:
     """White box, pure twin only: as a backlog of groups drains, the table of
     groups is copied into a smaller one each time it holds an eighth of what
     it held at the last copy (test_memory_bounds checks that memory comes
-    back), so a drain of n groups copies O(log n) times, O(n) in all.
-    Copying on every forget below some size costs O(n) per ack: the
-    behavioural tests cannot see that."""
+    back), so a drain of n groups copies O(log n) times, O(n) in all, and a
+    backlog that grows while groups are forgotten is never copied.  Copying
+    on every forget below some size, or again and again as the table grows,
+    costs O(n) per ack: the behavioural tests cannot see that."""
     from leasequeue import _inmemory_py
 
     t = _inmemory_py.InMemoryTransport(clock=ManualClock())
-    n = 20_000
-    for i in range(n):
-        t.publish("g%d" % i, None)
     table = t._groups
     copies = 0
+    for i in range(20_000):  # the backlog grows while groups are forgotten: no copy
+        t.publish("g%d" % (2 * i), None)
+        t.publish("g%d" % (2 * i + 1), None)
+        t.ack(t.claim("w", 60.0))
+        if t._groups is not table:
+            copies += 1
+            table = t._groups
+    assert copies == 0, copies
+    assert len(t._groups) == 20_000
     while (lease := t.claim("w", 60.0)) is not None:
         t.ack(lease)
         if t._groups is not table:
