@@ -16,6 +16,7 @@ records in ``tools/mutate_equivalent.txt`` with the reason.
     python3 tools/mutate.py --mutant 57 --show    # print one mutant's diff
     python3 tools/mutate.py --mutant 57 --pytest-args "tests/test_edges.py -x -q -k python"
     python3 tools/mutate.py src/leasequeue/_validation.py   # another pure module
+    python3 tools/mutate.py --test-timeout 20     # a test hung 20 s: a timeout, at once
 
 The source tree is never edited: ``src/``, ``tests/``, ``pyproject.toml``,
 ``README.md`` and ``docs/`` are copied into a temporary directory per job,
@@ -50,7 +51,8 @@ Not mutated: docstrings, string constants, annotations, imports,
 ``__all__``, and lines carrying a ``# pragma: no mutate`` comment.
 
 Result per mutant: *killed* (the tests failed), *timeout* (they did not
-finish within ``--timeout``: an infinite loop, also counted as detected),
+finish within ``--timeout``, or with ``--test-timeout N`` one test ran over
+N seconds: an infinite loop, also counted as detected),
 *survived* (they passed), *equivalent* (survived, and listed in the
 equivalents file: printed with its reason), or *not applicable* (the mutant
 does not compile).  Exit status 1 when a mutant that is not listed as
@@ -775,7 +777,7 @@ class Slot:
         shutil.copytree(os.path.join(ROOT, "docs"), os.path.join(self.dir, "docs"), ignore=COPY_IGNORE)
         self.plugins = os.path.join(self.dir, "plugins")
         os.makedirs(self.plugins)
-        for plugin in ("_mutate_contexts.py", "_mutate_hypothesis.py"):
+        for plugin in ("_mutate_contexts.py", "_mutate_hypothesis.py", "_mutate_alarm.py"):
             shutil.copy2(os.path.join(ROOT, "tools", plugin), self.plugins)
 
 
@@ -788,7 +790,7 @@ def run_tests(slot: Slot, pytest_args: Sequence[str], env_extra: Dict[str, str],
         env.pop(name, None)
     env.update(env_extra)
     env["PYTHONPATH"] = os.path.join(slot.dir, "src") + os.pathsep + slot.plugins
-    extra = ["-p", "_mutate_hypothesis", *(["-p", "_mutate_contexts"] if plugin else [])]
+    extra = ["-p", "_mutate_hypothesis", "-p", "_mutate_alarm", *(["-p", "_mutate_contexts"] if plugin else [])]
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", *extra, *pytest_args], cwd=slot.dir, env=env,
@@ -873,6 +875,9 @@ def run_mutant(m: Mutant, slot: Slot, options: List[str], paths: List[str], sele
         return Outcome("survived", seconds, tests=count)
     if status == "timeout":
         return Outcome("timeout", seconds, f"no result within {timeout:.0f} s", tests=count)
+    if "MUTATE-TEST-TIMEOUT" in out:  # _mutate_alarm: one test hung (--test-timeout)
+        hung = next(line for line in out.splitlines() if "MUTATE-TEST-TIMEOUT" in line)
+        return Outcome("timeout", seconds, hung.split("MUTATE-TEST-TIMEOUT: ", 1)[-1][:160], tests=count)
     return Outcome("killed", seconds, first_failure(out), tests=count)
 
 
@@ -881,6 +886,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("files", nargs="*", default=[DEFAULT_TARGET],
                         help=f"modules to mutate (default {DEFAULT_TARGET})")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="mutants run at once (default 1)")
+    parser.add_argument("--test-timeout", type=int, default=0, metavar="SECONDS",
+                        help="a timeout when one test of a mutant's run takes longer (SIGALRM; default 0: off)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per mutant (default: 3x the baseline run + 30)")
     parser.add_argument("--lines", action="append", default=[], metavar="A-B",
@@ -954,6 +961,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for item in args.env:
         name, _, value = item.partition("=")
         env[name] = value
+    if args.test_timeout > 0:
+        env["MUTATE_TEST_TIMEOUT"] = str(args.test_timeout)
     options, paths = split_args(args.pytest_args)
     try:
         import coverage  # noqa: F401  (the baseline's per-test line data)
@@ -977,6 +986,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         contexts = os.path.join(base, "contexts.json")
         env_baseline = dict(env)
+        env_baseline.pop("MUTATE_TEST_TIMEOUT", None)  # under coverage tests run slower: no limit
         if select:
             env_baseline["MUTATE_CONTEXTS_OUT"] = contexts
             env_baseline["MUTATE_CONTEXTS_FILES"] = os.pathsep.join(
