@@ -476,6 +476,7 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
             "claim_many": lambda: t.claim_many("w", 10.0, 2),
             "ack_many": lambda: t.ack_many([held[3], held[0]]),
             "timer_fire": t._timer_fire,  # what the expiry timer calls
+            "close": t.close,  # last: the transport works on, only waits end at once
         }
 
     state_a, state_b = history(a), history(b)
