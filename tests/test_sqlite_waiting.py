@@ -105,14 +105,21 @@ def test_wakes_by_itself_when_a_lock_expires(tmp_path: Any, how: str) -> None:
 
 def test_interrupt_ends_a_blocking_claim(t: SQLiteTransport) -> None:
     import _thread
+    import signal
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("needs the main thread")
-    timer = threading.Timer(0.2, _thread.interrupt_main)
-    timer.start()
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        t.claim("w", 30, timeout=LIVENESS)
+    # A run started in the background (``cmd &``) inherits SIGINT ignored, and
+    # interrupt_main() then does nothing: give the test Python's own handler.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.2, _thread.interrupt_main)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            t.claim("w", 30, timeout=LIVENESS)
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert time.monotonic() - started < LIVENESS / 2
     assert len(t._queue.waiters) == 0
     t.publish("a", 1)
