@@ -392,48 +392,39 @@ def test_the_pure_twins_expiry_heap_is_rebuilt_only_once_in_a_while() -> None:
     # every lease ends at its own time, in no particular order
     ends = [60.0 + (j * 389 % live) / live for j in range(live)]
     leases = [t.claim("w", end) for end in ends]
-    lease = leases[0]
-    rebuilds = 0
-    heap = t._expiry
-    longest = 0
     rounds = 3000
-    for i in range(rounds):
+    state = {"heap": t._expiry, "lease": leases[0]}
+
+    def paced(step: Callable[[int], Any]) -> None:
+        """``rounds`` rounds of ``step``, each leaving one stale entry: a
+        rebuild every live + 65 of them; loose bounds, not the tuning constants."""
+        rebuilds = longest = 0
+        for i in range(rounds):
+            step(i)
+            if t._expiry is not state["heap"]:
+                rebuilds += 1
+                state["heap"] = t._expiry
+            longest = max(longest, len(t._expiry))
+        assert 1 <= rebuilds <= 2 * (rounds // (live + 64)) + 1, rebuilds
+        assert longest <= 4 * live + 64, longest
+
+    def extend(i: int) -> None:
         ends[0] = 60.0 + (i * 7919 % rounds) / rounds
-        lease = t.extend(lease, ends[0])
-        if t._expiry is not heap:
-            rebuilds += 1
-            heap = t._expiry
-        longest = max(longest, len(heap))
-    # a rebuild every live + 65 extends; loose bounds, not the tuning constants
-    assert 1 <= rebuilds <= 2 * (rounds // (live + 64)) + 1, rebuilds
-    assert longest <= 4 * live + 64, longest
+        state["lease"] = t.extend(state["lease"], ends[0])
+
+    paced(extend)
     # a group leased, acked and leased again leaves one stale entry per round
     # too: the same pacing
     for _ in range(rounds):
         t.publish("hot", None)
-    rebuilds = 0
-    for _ in range(rounds):
-        t.ack(t.claim("w", 60.0))  # "hot": every other group is leased
-        if t._expiry is not heap:
-            rebuilds += 1
-            heap = t._expiry
-        longest = max(longest, len(heap))
-    assert 1 <= rebuilds <= 2 * (rounds // (live + 64)) + 1, rebuilds
-    assert longest <= 4 * live + 64, longest
+    paced(lambda i: t.ack(t.claim("w", 60.0)))  # "hot": every other group is leased
     # endless leases taken and acked (they have no expiry entry) do not count
     # as live entries: the pacing afterwards is the same
     for _ in range(rounds):
         t.publish("endless", None)
     for _ in range(rounds):
         t.ack(t.claim("w", math.inf))
-    rebuilds = 0
-    for i in range(rounds):
-        ends[0] = 60.0 + (i * 7919 % rounds) / rounds
-        lease = t.extend(lease, ends[0])
-        if t._expiry is not heap:
-            rebuilds += 1
-            heap = t._expiry
-    assert 1 <= rebuilds <= 2 * (rounds // (live + 64)) + 1, rebuilds
+    paced(extend)
     # the rebuilt heap still frees each lease when its time runs out
     start = clock.now
     for k in range(12):
