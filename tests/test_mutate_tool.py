@@ -31,9 +31,9 @@ def mutate(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           env=env, cwd=ROOT, check=False)
 
 
-def mutant_id(listing: str, text: str) -> str:
-    """The id of the one mutant whose listing line contains ``text``."""
-    found: List[str] = [line.split()[0] for line in listing.splitlines() if text in line]
+def mutant_line(listing: str, text: str) -> str:
+    """The listing line of the one mutant whose line contains ``text``."""
+    found: List[str] = [line for line in listing.splitlines() if text in line]
     assert len(found) == 1, (text, found)
     return found[0]
 
@@ -51,11 +51,11 @@ def test_the_mutants_are_listed_with_the_equivalents_marked() -> None:
 
 def test_a_run_tells_killed_equivalent_and_hung_mutants_apart() -> None:
     listing = mutate("--list").stdout
-    killed = mutant_id(listing, "InMemoryTransport.stats: self._settle()  ->  pass")  # stays busy
-    equivalent = mutant_id(listing, "InMemoryTransport._make_ready: while node is not None:  ->  while True:")
-    hung = mutant_id(listing, "InMemoryTransport._expire: heappop(expiry)  ->  pass")  # loops for ever
-    assert listing.splitlines()[[line.split()[0] for line in listing.splitlines()].index(equivalent)].endswith(
-        "[equivalent]")
+    killed = mutant_line(listing, "InMemoryTransport.stats: self._settle()  ->  pass").split()[0]  # stays busy
+    listed = mutant_line(listing, "InMemoryTransport._make_ready: while node is not None:  ->  while True:")
+    assert listed.endswith("[equivalent]")
+    equivalent = listed.split()[0]
+    hung = mutant_line(listing, "InMemoryTransport._expire: heappop(expiry)  ->  pass").split()[0]  # loops for ever
     out = mutate("--mutant", killed, "--mutant", equivalent, "--mutant", hung, "--all-tests",
                  "--test-timeout", "5", "--timeout", "300",
                  "--pytest-args", '-x -q -p no:cacheprovider -p no:coverage_floor -k "python and near_zero" '
