@@ -72,22 +72,28 @@ def extensions() -> list[Extension]:
     except ImportError as exc:
         if REQUIRE_EXTENSIONS:
             raise
-        OptionalBuildExt._warn("leasequeue._inmemory_c", exc)
+        OptionalBuildExt._warn("leasequeue._backends.inmemory.transport_c", exc)
         return []
     # The transport's .pyx includes its data structures from .pxi files, and
-    # both modules use the platform header.  cythonize() finds these from the
-    # include/extern statements itself; they are listed too so that an edit
-    # to any of them rebuilds the module whatever tool drives the build.
-    platform_h = "src/leasequeue/_lq_platform.h"
-    build_h = "src/leasequeue/_lq_build.h"
-    transport_pxi = sorted(glob.glob("src/leasequeue/_inmemory_*.pxi"))
+    # both modules use the platform header (the bench's floor stub finds it
+    # through include_dirs).  cythonize() finds these from the include/extern
+    # statements itself; they are listed too so that an edit to any of them
+    # rebuilds the module whatever tool drives the build.
+    inmemory = "src/leasequeue/_backends/inmemory"
+    headers = [f"{inmemory}/lq_platform.h", f"{inmemory}/lq_build.h"]
+    transport_pxi = sorted(glob.glob(f"{inmemory}/*.pxi"))
     exts = [
         Extension(
-            "leasequeue._inmemory_c",
-            ["src/leasequeue/_inmemory_c.pyx"],
-            depends=[*transport_pxi, platform_h, build_h],
+            "leasequeue._backends.inmemory.transport_c",
+            [f"{inmemory}/transport_c.pyx"],
+            depends=[*transport_pxi, *headers],
         ),
-        Extension("leasequeue._floor", ["src/leasequeue/_floor.pyx"], depends=[platform_h, build_h]),
+        Extension(
+            "leasequeue.bench._floor",
+            ["src/leasequeue/bench/_floor.pyx"],
+            depends=headers,
+            include_dirs=[inmemory],
+        ),
     ]
     return cythonize(exts, compiler_directives=CYTHON_DIRECTIVES)
 

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from leasequeue import LeaseLost
-from leasequeue._inmemory_py import InMemoryTransport as Pure
+from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
 from leasequeue._validation import INT64_MAX, INT64_MIN, check_time
 
 

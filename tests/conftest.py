@@ -25,7 +25,7 @@ from leasequeue.testing import ManualClock
 pytest_plugins = ["coverage_floor"]
 
 IMPLEMENTATIONS = ("python", "cython")
-MODULES = {"python": "leasequeue._inmemory_py", "cython": "leasequeue._inmemory_c"}
+MODULES = {"python": "leasequeue._backends.inmemory.transport_py", "cython": "leasequeue._backends.inmemory.transport_c"}
 
 
 def load_implementation(name: str) -> ModuleType:
@@ -39,7 +39,7 @@ def load_implementation(name: str) -> ModuleType:
 
 @pytest.fixture(scope="session", params=IMPLEMENTATIONS)
 def impl(request: pytest.FixtureRequest) -> ModuleType:
-    """The implementation module: ``leasequeue._inmemory_py`` or ``_inmemory_c``."""
+    """The implementation module: ``leasequeue._backends.inmemory.transport_py`` or ``_inmemory_c``."""
     return load_implementation(request.param)
 
 

@@ -88,7 +88,8 @@ def package_root(module: Any) -> str:
     sanitizer build's directory.  Subprocesses put it first on their path so
     that they test the very same build (the source tree has no compiled
     extension when the package is installed, as in CI)."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(module.__file__)))
+    top = sys.modules[module.__name__.partition(".")[0]]
+    return os.path.dirname(os.path.dirname(os.path.abspath(top.__file__)))
 
 
 #: Runs first in a child interpreter: when the test run measures coverage

@@ -32,7 +32,7 @@ from typing import Dict, Iterator, List, Optional
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HAS_SOURCE_TREE = (ROOT / "setup.py").is_file() and (ROOT / "src" / "leasequeue" / "_inmemory_c.pyx").is_file()
+HAS_SOURCE_TREE = (ROOT / "setup.py").is_file() and (ROOT / "src" / "leasequeue" / "_backends" / "inmemory" / "transport_c.pyx").is_file()
 BUILD_REQUIREMENTS = ["setuptools>=77", "Cython>=3.1", "wheel"]
 #: A line of setup.py's fallback banner (FALLBACK_WARNING).
 FALLBACK_BANNER = "could not be built"
@@ -136,7 +136,7 @@ def test_strict_build_uses_the_extension() -> None:
     if not os.environ.get("LEASEQUEUE_REQUIRE_EXTENSIONS") or os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
         pytest.skip("only meaningful when LEASEQUEUE_REQUIRE_EXTENSIONS is set (CI, .ci/run, wheel tests)")
     import leasequeue
-    import leasequeue._inmemory_c as compiled
+    import leasequeue._backends.inmemory.transport_c as compiled
 
     assert leasequeue.IMPLEMENTATION == "cython"
     assert leasequeue.InMemoryTransport is compiled.InMemoryTransport
@@ -152,7 +152,7 @@ def test_free_threaded_import_keeps_the_gil_disabled() -> None:
     code = (
         "import sys, warnings\n"
         "warnings.simplefilter('error')\n"
-        "import leasequeue._inmemory_c, leasequeue\n"
+        "import leasequeue._backends.inmemory.transport_c, leasequeue\n"
         "print(leasequeue.IMPLEMENTATION, sys._is_gil_enabled())\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -192,7 +192,7 @@ def test_build_without_compiler_falls_back_loudly(build_venv: BuildVenv) -> None
         "t.publish('g', 'e')\n"
         "lease = t.claim('w', 5.0)\n"
         "t.ack(lease)\n"
-        "print(leasequeue.IMPLEMENTATION, importlib.util.find_spec('leasequeue._inmemory_c') is None,\n"
+        "print(leasequeue.IMPLEMENTATION, importlib.util.find_spec('leasequeue._backends.inmemory.transport_c') is None,\n"
         "      lease.event, len(t), leasequeue.__file__)\n"
     )
     assert probe.returncode == 0, probe.stdout
@@ -248,5 +248,5 @@ def test_no_extensions_builds_a_pure_wheel(build_venv: BuildVenv) -> None:
     with zipfile.ZipFile(wheels[0]) as zf:
         names = zf.namelist()
     assert "leasequeue/py.typed" in names
-    assert "leasequeue/_inmemory_py.py" in names
+    assert "leasequeue/_backends/inmemory/transport_py.py" in names
     assert not [n for n in names if n.endswith((".so", ".pyd", ".dylib"))], names

@@ -20,7 +20,7 @@ import pytest
 
 import leasequeue
 from leasequeue import EventDecodeError, LeaseLost, LeaseQueueError
-from leasequeue._durable import LEASE_TYPES, check_lease, decoded_lease, issue, lease_key, lost
+from leasequeue._backends.durable import LEASE_TYPES, check_lease, decoded_lease, issue, lease_key, lost
 from leasequeue._serializers import (
     JSON_SERIALIZER,
     PICKLE_SERIALIZER,

@@ -44,7 +44,7 @@ def test_the_mutants_are_listed_with_the_equivalents_marked() -> None:
     lines = out.stdout.splitlines()
     total = re.fullmatch(r"(\d+) of (\d+) mutants \(\d+ duplicates dropped\)", lines[-1])
     assert total and total.group(1) == total.group(2) and int(total.group(1)) > 1000, lines[-1]
-    assert all(re.match(r"\s*\d+ src/leasequeue/_inmemory_py.py:\d+\s+\w+\s+\S", line) for line in lines[:-1])
+    assert all(re.match(r"\s*\d+ src/leasequeue/_backends/inmemory/transport_py.py:\d+\s+\w+\s+\S", line) for line in lines[:-1])
     assert any(line.endswith("[equivalent]") for line in lines)
     assert not all(line.endswith("[equivalent]") for line in lines[:-1])
 
@@ -59,9 +59,9 @@ def test_a_run_tells_killed_equivalent_and_hung_mutants_apart() -> None:
     out = mutate("--mutant", killed, "--mutant", equivalent, "--mutant", hung, "--all-tests",
                  "--test-timeout", "5", "--timeout", "300",
                  "--pytest-args", '-x -q -p no:cacheprovider -p no:coverage_floor -k "python and near_zero" '
-                                  "tests/test_edges.py")
+                                  "tests/inmemory/test_edges.py")
     report = out.stdout
-    assert re.search(rf"\. #{killed} .*\(killed, all tests, .*FAILED tests/test_edges.py::", report), report
+    assert re.search(rf"\. #{killed} .*\(killed, all tests, .*FAILED tests/inmemory/test_edges.py::", report), report
     assert re.search(rf"e #{equivalent} .*\(equivalent, ", report), report
     assert re.search(rf"T #{hung} .*\(timeout, all tests, .* ran over 5 s\)", report), report
     assert "3 mutants: 1 killed, 1 timeout, 1 equivalent, 0 survived, 0 not-applicable" in report, report

@@ -212,13 +212,13 @@ class Checker:
         problems = []
         if "-py3-none-any" in self.wheel.name:
             problems.append("the strict wheel is pure")
-        pyx = sorted(p.stem for p in (self.tree / "src" / "leasequeue").glob("*.pyx"))
+        pyx = sorted(p.stem for p in (self.tree / "src" / "leasequeue").rglob("*.pyx"))
         compiled = sorted(
             Path(n).name.split(".")[0] for n in names if n.startswith("leasequeue/") and n.endswith((".so", ".pyd"))
         )
         if compiled != pyx:
             problems.append(f"compiled modules {compiled} != .pyx sources {pyx}")
-        for needed in ("leasequeue/py.typed", "leasequeue/__init__.py", "leasequeue/_inmemory_py.py"):
+        for needed in ("leasequeue/py.typed", "leasequeue/__init__.py", "leasequeue/_backends/inmemory/transport_py.py"):
             if needed not in names:
                 problems.append(f"missing {needed}")
         if any(n.endswith(".c") for n in names):

@@ -12,7 +12,7 @@
 # enforcing the floor.
 #
 #   tools/coverage.sh                       # the figure and the floor
-#   tools/coverage.sh tests/test_edges.py   # the figure for one file
+#   tools/coverage.sh tests/inmemory/test_edges.py   # the figure for one file
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LEASEQUEUE_COVERAGE=1 LEASEQUEUE_NO_EXTENSIONS=1

@@ -14,7 +14,7 @@ records in ``tools/mutate_equivalent.txt`` with the reason.
     python3 tools/mutate.py --changed-since main  # only lines changed since main
     python3 tools/mutate.py --lines 400-480       # only these lines
     python3 tools/mutate.py --mutant 57 --show    # print one mutant's diff
-    python3 tools/mutate.py --mutant 57 --pytest-args "tests/test_edges.py -x -q -k python"
+    python3 tools/mutate.py --mutant 57 --pytest-args "tests/inmemory/test_edges.py -x -q -k python"
     python3 tools/mutate.py src/leasequeue/_validation.py   # another pure module
     python3 tools/mutate.py --test-timeout 20     # a test hung 20 s: a timeout, at once
 
@@ -66,8 +66,8 @@ were over the control plane and the batches with the Part 2 test files
 first, which is where their mutants die::
 
     ARGS='-x -q -p no:cacheprovider -p no:coverage_floor --hypothesis-seed=0 -k "not cython"
-          tests/test_control_plane.py tests/test_batches.py tests/test_waiting_control.py
-          tests/test_edges.py tests/test_contract_inmemory.py tests/test_faults_part2.py'
+          tests/inmemory/test_control_plane.py tests/inmemory/test_batches.py tests/inmemory/test_waiting_control.py
+          tests/inmemory/test_edges.py tests/inmemory/test_contract_inmemory.py tests/inmemory/test_faults_part2.py'
     python3 tools/mutate.py --jobs 3 --timeout 150 --skip-equivalent \
         --lines 898-1192,1329-1434,1532-1565,1648-1671 --pytest-args "$ARGS"
 
@@ -110,7 +110,7 @@ first, which is where their mutants die::
   subset executes).
 * claim_many's end, ack_many, aclaim/close and the batch claim/ack helpers
   (``--lines 1128-1264,1386-1432``, 249 mutants) against a narrow subset
-  (tests/test_batches.py, test_edges.py, test_control_plane.py, pure only):
+  (tests/inmemory/test_batches.py, test_edges.py, test_control_plane.py, pure only):
   143 killed, 4 timeouts, 102 survived, not classified.  Many are aclaim and
   close mutants that only the waiting tests (not in that subset) execute,
   or _ack_current's compaction thresholds (memory only); two behaviour
@@ -162,10 +162,10 @@ first, which is where their mutants die::
   440-555,697-704,740-745,1206-1260,1672-2000`` selects 546 mutants (60 of
   them listed as equivalent).  Run with the ARGS above replaced by
   ``-k "not cython and not keyboard_interrupt_in_a_woken_thread"
-  tests/test_waiting.py tests/test_waiting_control.py
-  tests/test_faults_part2.py::test_finaliser_in_the_middle_of_serving_waiting_claims
-  tests/test_faults_part2.py::test_finaliser_in_the_middle_of_a_new_operation_may_only_publish
-  tests/test_edges.py tests/test_batches.py tests/test_control_plane.py``,
+  tests/inmemory/test_waiting.py tests/inmemory/test_waiting_control.py
+  tests/inmemory/test_faults_part2.py::test_finaliser_in_the_middle_of_serving_waiting_claims
+  tests/inmemory/test_faults_part2.py::test_finaliser_in_the_middle_of_a_new_operation_may_only_publish
+  tests/inmemory/test_edges.py tests/inmemory/test_batches.py tests/inmemory/test_control_plane.py``,
   ``--jobs 1 --timeout 120 --skip-equivalent``, two runs at once over
   ``--lines 1672-1839`` and ``--lines 1840-2000``, both stopped at the time
   box: 110 mutants, 88 killed, 8 timeouts, 8 survived, 6 skipped as
@@ -324,7 +324,7 @@ import tokenize
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_TARGET = "src/leasequeue/_inmemory_py.py"
+DEFAULT_TARGET = "src/leasequeue/_backends/inmemory/transport_py.py"
 DEFAULT_EQUIVALENTS = os.path.join("tools", "mutate_equivalent.txt")
 
 #: The fast subset, fastest and most discriminating files first (``-x`` stops
@@ -337,24 +337,24 @@ DEFAULT_EQUIVALENTS = os.path.join("tools", "mutate_equivalent.txt")
 DEFAULT_PYTEST_ARGS = [
     "-x", "-q", "-p", "no:cacheprovider", "-p", "no:coverage_floor", "--hypothesis-seed=0",
     "-k", "not cython",
-    "tests/test_edges.py",
-    "tests/test_contract_inmemory.py",
-    "tests/test_inmemory_specifics.py",
-    "tests/test_invariants.py",
-    "tests/test_differential.py",
-    "tests/test_threads.py",
-    "tests/test_faults.py",
-    "tests/test_memory_bounds.py",
-    "tests/test_leaks.py",
+    "tests/inmemory/test_edges.py",
+    "tests/inmemory/test_contract_inmemory.py",
+    "tests/inmemory/test_inmemory_specifics.py",
+    "tests/inmemory/test_invariants.py",
+    "tests/inmemory/test_differential.py",
+    "tests/inmemory/test_threads.py",
+    "tests/inmemory/test_faults.py",
+    "tests/inmemory/test_memory_bounds.py",
+    "tests/inmemory/test_leaks.py",
     # Part 2: waiting claims, the control plane, the batches.
-    "tests/test_waiting.py",
-    "tests/test_waiting_idle.py",
-    "tests/test_waiting_signals.py",
-    "tests/test_control_plane.py",
-    "tests/test_batches.py",
-    "tests/test_waiting_control.py",
-    "tests/test_faults_part2.py",
-    "tests/test_leaks_part2.py",
+    "tests/inmemory/test_waiting.py",
+    "tests/inmemory/test_waiting_idle.py",
+    "tests/inmemory/test_waiting_signals.py",
+    "tests/inmemory/test_control_plane.py",
+    "tests/inmemory/test_batches.py",
+    "tests/inmemory/test_waiting_control.py",
+    "tests/inmemory/test_faults_part2.py",
+    "tests/inmemory/test_leaks_part2.py",
 ]
 
 #: Environment of every test run: the pure twin forced, coverage measurement
@@ -1038,7 +1038,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             slots.put(Slot(base, i))
         slot = slots.get()
         check = subprocess.run(
-            [sys.executable, "-c", "import leasequeue._inmemory_py as m; print(m.__file__)"],
+            [sys.executable, "-c", "import leasequeue._backends.inmemory.transport_py as m; print(m.__file__)"],
             env={**os.environ, **env, "PYTHONPATH": os.path.join(slot.dir, "src")},
             capture_output=True, text=True, check=False,
         )

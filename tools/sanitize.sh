@@ -3,7 +3,7 @@
 #
 #   tools/sanitize.sh                 # AddressSanitizer + UBSan build, Cython tests
 #   tools/sanitize.sh valgrind        # the normal build under valgrind memcheck
-#   tools/sanitize.sh asan tests/test_leaks.py   # extra pytest arguments go to pytest
+#   tools/sanitize.sh asan tests/inmemory/test_leaks.py   # extra pytest arguments go to pytest
 #   SANITIZE_K="not test_stress" tools/sanitize.sh valgrind   # narrow the selection
 #
 # asan: the extension is compiled with -fsanitize=address,undefined into a temp

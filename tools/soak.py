@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak and leak runs for leasequeue (issue 6): the long versions of the suite's checks.
 
-Stress soak: the harness of ``tests/test_stress.py`` (worker threads acking,
+Stress soak: the harness of ``tests/inmemory/test_stress.py`` (worker threads acking,
 nacking, parking, extending and crashing while publishers publish into
 thousands of groups, every guarantee checked against an independent log),
 in rounds, for ``--minutes`` minutes per implementation and clock::
@@ -33,7 +33,7 @@ sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "src")]
 
 from test_stress import StressConfig, StressResult, run_stress  # noqa: E402
 
-MODULES = {"python": "leasequeue._inmemory_py", "cython": "leasequeue._inmemory_c"}
+MODULES = {"python": "leasequeue._backends.inmemory.transport_py", "cython": "leasequeue._backends.inmemory.transport_c"}
 
 
 def rss_bytes() -> int:

@@ -19,10 +19,11 @@ processes (durable; events stored serialized); it is imported on first use.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from . import _backends
 from ._errors import LeaseLost, LeaseQueueError
+from ._protocol import BatchTransport, ControlPlane, CoreTransport, LeaseLike, Transport, WaitingTransport
 from ._types import GroupInfo, TransportStats
 
 __version__ = "0.2.0"
@@ -31,76 +32,54 @@ __all__ = [
     "IMPLEMENTATION",
     "JSON_SERIALIZER",
     "PICKLE_SERIALIZER",
+    "BatchTransport",
+    "ControlPlane",
+    "CoreTransport",
     "EventDecodeError",
     "GroupInfo",
     "InMemoryTransport",
     "Lease",
+    "LeaseLike",
     "LeaseLost",
     "LeaseQueueError",
+    "PyInMemoryTransport",
     "SQLiteTransport",
+    "Transport",
     "TransportStats",
+    "WaitingTransport",
     "__version__",
 ]
 
-#: True when ``LEASEQUEUE_NO_EXTENSIONS`` is set to a non-empty value.
-NO_EXTENSIONS: bool = bool(os.environ.get("LEASEQUEUE_NO_EXTENSIONS"))
+from ._backends.inmemory.transport import IMPLEMENTATION, NO_EXTENSIONS, InMemoryTransport, Lease
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
+    from ._backends.inmemory.transport_py import InMemoryTransport as PyInMemoryTransport
+    from ._backends.sqlite.transport import SQLiteTransport
     from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError
-    from ._sqlite import SQLiteTransport
-
-IMPLEMENTATION: str
-if TYPE_CHECKING or NO_EXTENSIONS:
-    from ._inmemory_py import InMemoryTransport, Lease
-
-    IMPLEMENTATION = "python"
-else:
-    try:
-        from ._inmemory_c import InMemoryTransport, Lease
-    except ImportError as exc:
-        if not (isinstance(exc, ModuleNotFoundError) and exc.name == f"{__name__}._inmemory_c"):
-            # The extension is there but broken (an ABI mismatch, a missing
-            # symbol): fall back, but loudly, unlike a pure-only install.
-            import warnings
-
-            warnings.warn(
-                f"leasequeue: the compiled extension failed to import ({exc}); "
-                "using the slower pure-Python implementation",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        from ._inmemory_py import InMemoryTransport, Lease
-
-        IMPLEMENTATION = "python"
-    else:
-        IMPLEMENTATION = "cython"
 
 
 def __getattr__(name: str) -> object:
-    """The durable backends are imported on first use.
+    """The other backends, and the serializers, are imported on first use.
 
-    The serializers and ``EventDecodeError`` (shared by both, in
-    ``_serializers``) and ``SQLiteTransport`` need only the standard
-    library; ``PostgresTransport`` needs psycopg (the ``postgres`` extra), so
-    it is not in ``__all__`` either: ``from leasequeue import *`` does not
-    need it.
+    ``import leasequeue`` imports the in-memory transport only: no
+    ``sqlite3``, no ``psycopg``.  ``SQLiteTransport`` needs only the standard
+    library; ``PostgresTransport`` needs psycopg (the ``postgres`` extra: a
+    missing psycopg raises ``ImportError`` naming it), so it is not in
+    ``__all__`` either: ``from leasequeue import *`` does not need it.
+    ``PyInMemoryTransport`` is the pure-Python twin whatever
+    ``IMPLEMENTATION`` says (frozenlist's ``PyFrozenList``): a conformance
+    kit user's second implementation to compare with.
     """
     if name in ("JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
         from . import _serializers
 
         value = getattr(_serializers, name)
-        globals()[name] = value
-        return value
-    if name == "SQLiteTransport":
-        from . import _sqlite
-
-        return _sqlite.SQLiteTransport
-    if name == "PostgresTransport":
-        from ._postgres import PostgresTransport
-
-        globals()[name] = PostgresTransport
-        return PostgresTransport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    elif name in _backends.BACKENDS:
+        value = _backends.load(name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list:
@@ -108,4 +87,4 @@ def __dir__() -> list:
 
 
 if TYPE_CHECKING:
-    from ._postgres import PostgresTransport as PostgresTransport
+    from ._backends.postgres.transport import PostgresTransport as PostgresTransport

@@ -4,7 +4,7 @@ The SPEC's bad-input table in code: each check converts an accepted value to
 its exact type (``str``, ``int``, ``float``) or raises ``TypeError``,
 ``ValueError`` or ``OverflowError`` with the message every transport uses.
 The Cython transport has ``cdef`` twins of these with the same messages
-(``tests/test_parity.py`` keeps them in step).  They never run user code
+(``tests/inmemory/test_parity.py`` keeps them in step).  They never run user code
 beyond the conversions the argument's own type defines, and are called
 before any transport takes its lock.
 """

@@ -49,7 +49,7 @@ def pg_server() -> Iterator[Server]:
     except ImportError as exc:
         pytest.fail(f"psycopg is not installed (pip install '.[test]'): {exc}")
     from leasequeue import PostgresTransport
-    from leasequeue._postgres_server import ThrowawayServer
+    from leasequeue.testing._postgres_server import ThrowawayServer
 
     conninfo = os.environ.get("LEASEQUEUE_TEST_POSTGRES")
     owned: Optional[ThrowawayServer] = None

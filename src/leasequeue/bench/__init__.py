@@ -2,11 +2,11 @@
 
 Runs identical workloads, in one process and interleaved, on
 
-* ``cython`` -- ``leasequeue._inmemory_c.InMemoryTransport`` (the extension),
-* ``floor``  -- ``leasequeue._floor.FloorTransport``: a compiled stub with the
+* ``cython`` -- ``leasequeue._backends.inmemory.transport_c.InMemoryTransport`` (the extension),
+* ``floor``  -- ``leasequeue.bench._floor.FloorTransport``: a compiled stub with the
   same call shape that only takes a lock, reads the clock and allocates one
   lease (the cost of the calls themselves),
-* ``pure``   -- ``leasequeue._inmemory_py.InMemoryTransport`` (pure Python),
+* ``pure``   -- ``leasequeue._backends.inmemory.transport_py.InMemoryTransport`` (pure Python),
 * ``queue``  -- ``queue.Queue`` ``put`` + ``get`` (the familiar baseline; no
   groups, leases or priorities),
 * ``seed``   -- the design note's literal algorithm (:class:`SeedTransport`:

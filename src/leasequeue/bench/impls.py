@@ -40,25 +40,25 @@ class Impl:
 
 
 def _cython() -> Callable[..., Any]:
-    from .._inmemory_c import InMemoryTransport
+    from .._backends.inmemory.transport_c import InMemoryTransport
 
     return InMemoryTransport
 
 
 def _pure() -> Callable[..., Any]:
-    from .._inmemory_py import InMemoryTransport
+    from .._backends.inmemory.transport_py import InMemoryTransport
 
     return InMemoryTransport
 
 
 def _floor() -> Callable[..., Any]:
-    from .._floor import FloorTransport
+    from ._floor import FloorTransport
 
     return FloorTransport
 
 
 def _floor_pymutex() -> Callable[..., Any]:
-    from .._floor import FloorPymutexTransport
+    from ._floor import FloorPymutexTransport
 
     return FloorPymutexTransport
 

@@ -393,7 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     server = None
     conninfo = args.conninfo
     if conninfo is None:
-        from leasequeue._postgres_server import ThrowawayServer
+        from leasequeue.testing._postgres_server import ThrowawayServer
 
         server = ThrowawayServer()
         conninfo = server.start()

@@ -37,7 +37,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .._sqlite import SQLiteTransport
+from .._backends.sqlite.transport import SQLiteTransport
 
 EVENT = {"step": "charge", "order": 17, "amount": 12.5}
 

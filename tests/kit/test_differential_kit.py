@@ -23,7 +23,7 @@ import pytest
 import leasequeue
 from helpers import package_root
 from leasequeue import LeaseLost
-from leasequeue._inmemory_py import InMemoryTransport as Pure
+from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
 from leasequeue.testing import DifferentialFailure, ManualClock, ReferenceTransport, check_differential, replay
 from leasequeue.testing._differential import detect_capabilities
 from leasequeue.testing._generator import call

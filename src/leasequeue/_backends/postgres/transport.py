@@ -26,13 +26,13 @@ except ImportError as _exc:  # pragma: no cover - exercised without the extra
         "leasequeue.PostgresTransport needs psycopg 3: pip install 'leasequeue[postgres]'"
     ) from _exc
 
-from ._durable import DeliveryKey, check_lease, decoded_lease, issue, lease_key, lost
-from ._errors import LeaseQueueError
-from ._postgres_wait import Listener, Waiter, WaitRoom
-from ._serializers import EventDecodeError, check_serializer, serialize_bytes
-from ._sqlfiles import load_queries, load_script
-from ._types import GroupInfo, TransportStats
-from ._validation import (
+from ..durable import DeliveryKey, check_lease, decoded_lease, issue, lease_key, lost
+from ..._errors import LeaseQueueError
+from .waiting import Listener, Waiter, WaitRoom
+from ..._serializers import EventDecodeError, check_serializer, serialize_bytes
+from ..sqlfiles import load_queries, load_script
+from ..._types import GroupInfo, TransportStats
+from ..._validation import (
     check_count,
     check_duration,
     check_id,

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from leasequeue import SQLiteTransport
-from leasequeue._sqlfiles import load_queries
+from leasequeue._backends.sqlfiles import load_queries
 
 SECONDS = float(os.environ.get("LEASEQUEUE_CRASH_SECONDS", "20"))
 GROUPS = 1000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "testing-your-backend.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "testing-your-backend.md"
 
 
 def test_the_guide_example_passes_the_contract(tmp_path: Path) -> None:

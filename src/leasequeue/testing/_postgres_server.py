@@ -16,8 +16,8 @@ benchmarks keep the default, ``fsync=on``.
 
 Run as a module it starts a server and prints its conninfo, for ``.ci/run``::
 
-    python -m leasequeue._postgres_server start DIR   # prints the conninfo
-    python -m leasequeue._postgres_server stop DIR
+    python -m leasequeue.testing._postgres_server start DIR   # prints the conninfo
+    python -m leasequeue.testing._postgres_server stop DIR
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def _login() -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("start", "stop"):
-        print("usage: python -m leasequeue._postgres_server start|stop DIR", file=sys.stderr)
+        print("usage: python -m leasequeue.testing._postgres_server start|stop DIR", file=sys.stderr)
         return 2
     os.makedirs(args[1], exist_ok=True)
     server = ThrowawayServer(args[1])

@@ -51,7 +51,7 @@ def probe(no_extensions: str | None) -> dict[str, Any]:
 
 def compiled_module() -> ModuleType:
     try:
-        return importlib.import_module("leasequeue._inmemory_c")
+        return importlib.import_module("leasequeue._backends.inmemory.transport_c")
     except ImportError as exc:
         pytest.fail(f"the Cython extension should have loaded but did not: {exc!r}")
 
@@ -59,7 +59,7 @@ def compiled_module() -> ModuleType:
 def test_extension_is_selected_unless_disabled() -> None:
     if NO_EXTENSIONS:
         assert leasequeue.IMPLEMENTATION == "python"
-        assert leasequeue.InMemoryTransport is importlib.import_module("leasequeue._inmemory_py").InMemoryTransport
+        assert leasequeue.InMemoryTransport is importlib.import_module("leasequeue._backends.inmemory.transport_py").InMemoryTransport
         return
     compiled = compiled_module()
     assert leasequeue.IMPLEMENTATION == "cython"
@@ -71,7 +71,7 @@ def test_environment_variable_forces_pure() -> None:
     for value in ("1", "yes", "0"):  # any non-empty value
         result = probe(value)
         assert result["implementation"] == "python", value
-        assert result["transport"] == result["lease"] == "leasequeue._inmemory_py"
+        assert result["transport"] == result["lease"] == "leasequeue._backends.inmemory.transport_py"
         assert result["lease_is_class_of_leases"] and result["stats"]
 
 
@@ -82,7 +82,7 @@ def test_empty_environment_variable_does_not_force_pure() -> None:
     for value in (None, ""):
         result = probe(value)
         assert result["implementation"] == "cython", repr(value)
-        assert result["transport"] == result["lease"] == "leasequeue._inmemory_c"
+        assert result["transport"] == result["lease"] == "leasequeue._backends.inmemory.transport_c"
         assert result["lease_is_class_of_leases"] and result["stats"]
 
 
@@ -123,9 +123,9 @@ def _run_copy(tmp_path: Any, broken: bool) -> "subprocess.CompletedProcess[str]"
 
     src = Path(leasequeue.__file__).resolve().parent
     dst = tmp_path / "leasequeue"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("_inmemory_c*", "__pycache__"))
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("transport_c*", "__pycache__"))
     if broken:
-        (dst / "_inmemory_c.py").write_text('raise ImportError("simulated ABI mismatch")\n')
+        (dst / "_backends" / "inmemory" / "transport_c.py").write_text('raise ImportError("simulated ABI mismatch")\n')
     env = {k: v for k, v in os.environ.items() if k != "LEASEQUEUE_NO_EXTENSIONS"}
     env["PYTHONPATH"] = str(tmp_path)
     code = "import leasequeue; print(leasequeue.IMPLEMENTATION)"

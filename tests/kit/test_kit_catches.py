@@ -25,9 +25,9 @@ import broken_transports
 from broken_transports import PART1_BUGS
 
 import leasequeue.testing
-from leasequeue._inmemory_py import InMemoryTransport as Pure
+from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where broken_transports.py is
 
 #: (class, test) -> (outcome, the failure's message and text)
 Outcomes = Dict[Tuple[str, str], Tuple[str, str]]
@@ -62,7 +62,7 @@ def run_contract(tmp_path: Path, classes: Dict[str, str], *, waiting: bool, sele
     subprocess; return every test's outcome."""
     source = [
         "from leasequeue.testing import TransportContract",
-        "from leasequeue._inmemory_py import InMemoryTransport",
+        "from leasequeue._backends.inmemory.transport_py import InMemoryTransport",
         "import broken_transports",
     ]
     for name, factory in classes.items():

@@ -21,7 +21,7 @@ import pytest
 
 from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _env() -> Dict[str, str]:
@@ -51,9 +51,9 @@ def _importable(module: str) -> bool:
 
 def _expected_impls() -> Set[str]:
     expected = {"pure", "queue", "seed"}
-    if _importable("leasequeue._inmemory_c"):
+    if _importable("leasequeue._backends.inmemory.transport_c"):
         expected.add("cython")
-    if _importable("leasequeue._floor"):
+    if _importable("leasequeue.bench._floor"):
         expected.add("floor")
     return expected
 
@@ -121,8 +121,8 @@ def test_json_has_every_implementation_and_key(smoke: Dict[str, Any]) -> None:
 def test_header_names_the_cython_that_compiled_the_extension(smoke: Dict[str, Any]) -> None:
     """The version recorded at build time, not whatever Cython is importable now."""
     machine = smoke["json"]["meta"]["machine"]
-    if _importable("leasequeue._floor"):
-        version = importlib.import_module("leasequeue._floor").CYTHON_VERSION
+    if _importable("leasequeue.bench._floor"):
+        version = importlib.import_module("leasequeue.bench._floor").CYTHON_VERSION
         assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?", version), version
         assert machine["cython"] == version
         assert f"; Cython {version}; leasequeue " in smoke["stdout"]
@@ -212,7 +212,7 @@ def test_seed_baseline_chooses_what_the_transport_chooses() -> None:
     import random
 
     from leasequeue.bench import SeedTransport
-    from leasequeue._inmemory_py import InMemoryTransport
+    from leasequeue._backends.inmemory.transport_py import InMemoryTransport
 
     rng = random.Random(4)
     seed = SeedTransport(clock=itertools.count(1000.0, 1.0).__next__)

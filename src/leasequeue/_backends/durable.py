@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-from . import _inmemory_py
-from ._errors import LeaseLost
-from ._serializers import EventDecodeError
-from ._validation import INT64_MAX
+from .inmemory import transport_py as _inmemory_py
+from .._errors import LeaseLost
+from .._serializers import EventDecodeError
+from .._validation import INT64_MAX
 
 __all__ = ["LEASE_TYPES", "DeliveryKey", "check_lease", "decoded_lease", "issue", "lease_class", "lease_key", "lost"]
 
@@ -35,7 +35,7 @@ __all__ = ["LEASE_TYPES", "DeliveryKey", "check_lease", "decoded_lease", "issue"
 def _lease_types() -> Tuple[type, ...]:
     types: Tuple[type, ...] = (_inmemory_py.Lease,)
     try:
-        from . import _inmemory_c
+        from .inmemory import transport_c as _inmemory_c
     except ImportError:  # a pure-Python install
         pass
     else:
@@ -88,7 +88,7 @@ def lost(lease: Any) -> LeaseLost:
 def lease_class() -> Any:
     """``leasequeue.Lease``: the class of the leases the durable backends issue
     (the selected implementation's, as ``InMemoryTransport``'s)."""
-    from . import Lease
+    from .inmemory.transport import Lease
 
     return Lease
 

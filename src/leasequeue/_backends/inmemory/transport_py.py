@@ -58,10 +58,10 @@ from bisect import insort
 from heapq import heapify, heappop, heappush
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from . import _waiting
-from ._errors import LeaseLost
-from ._types import PARKED, GroupInfo, TransportStats
-from ._validation import (
+from . import waiting as _waiting
+from ..._errors import LeaseLost
+from ..._types import PARKED, GroupInfo, TransportStats
+from ..._validation import (
     INT64_MAX as _INT64_MAX,
     INT64_MIN as _INT64_MIN,
     check_count as _check_count,
@@ -73,10 +73,10 @@ from ._validation import (
     check_timeout as _check_timeout,
     check_worker as _check_worker,
 )
-from ._waiting import CLOSED as _W_CLOSED
-from ._waiting import HANDED as _W_HANDED
-from ._waiting import IDLE as _W_IDLE
-from ._waiting import WAITING as _W_WAITING
+from .waiting import CLOSED as _W_CLOSED
+from .waiting import HANDED as _W_HANDED
+from .waiting import IDLE as _W_IDLE
+from .waiting import WAITING as _W_WAITING
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 

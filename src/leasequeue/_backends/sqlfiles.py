@@ -1,8 +1,8 @@
 """SQL kept in ``.sql`` files shipped with the package, loaded by name.
 
 The durable backends keep their SQL out of Python strings (procrastinate's
-layout): ``sql/<backend>/schema.sql`` holds the schema as plain statements,
-``sql/<backend>/queries.sql`` the statements the code runs, each under a
+layout): ``_backends/<backend>/schema.sql`` holds the schema as plain statements,
+``_backends/<backend>/queries.sql`` the statements the code runs, each under a
 ``-- name: NAME --`` header followed by a one-line description.  SQLite runs
 its schema statement by statement (``load_statements``); PostgreSQL runs its
 schema, with its ``$$``-quoted function bodies, as one script
@@ -21,7 +21,7 @@ _HEADER = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*--\s*$", re.MULT
 
 
 def _read(backend: str, filename: str) -> str:
-    return (resources.files("leasequeue") / "sql" / backend / filename).read_text(encoding="utf-8")
+    return (resources.files("leasequeue._backends") / backend / filename).read_text(encoding="utf-8")
 
 
 def _strip_comments(sql: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from leasequeue import SQLiteTransport
-from leasequeue._sqlfiles import load_queries, load_statements
+from leasequeue._backends.sqlfiles import load_queries, load_statements
 
 QUERIES = load_queries("sqlite")
 

@@ -26,13 +26,13 @@ from leasequeue.testing import ManualClock
 
 @pytest.fixture(scope="module")
 def pure() -> ModuleType:
-    return importlib.import_module("leasequeue._inmemory_py")
+    return importlib.import_module("leasequeue._backends.inmemory.transport_py")
 
 
 @pytest.fixture(scope="module")
 def compiled() -> ModuleType:
     try:
-        return importlib.import_module("leasequeue._inmemory_c")
+        return importlib.import_module("leasequeue._backends.inmemory.transport_c")
     except ImportError as exc:
         if os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
             pytest.skip("Cython transport disabled by LEASEQUEUE_NO_EXTENSIONS")

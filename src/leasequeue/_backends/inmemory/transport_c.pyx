@@ -77,11 +77,11 @@ from libc.string cimport memmove, memset
 
 import time
 
-from ._errors import LeaseLost
-from ._types import PARKED, GroupInfo, TransportStats
-from ._waiting import aclaim_wait as _aclaim_wait
-from ._waiting import claim_wait as _claim_wait
-from ._waiting import poke_timer as _poke_timer
+from ..._errors import LeaseLost
+from ..._types import PARKED, GroupInfo, TransportStats
+from .waiting import aclaim_wait as _aclaim_wait
+from .waiting import claim_wait as _claim_wait
+from .waiting import poke_timer as _poke_timer
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 
@@ -90,14 +90,14 @@ cdef object _time_time = time.time
 cdef double _INF = float("inf")
 
 
-cdef extern from "_lq_build.h":
+cdef extern from "lq_build.h":
     object lq_cython_version()
 
 #: The Cython version that compiled this module (recorded at build time).
 CYTHON_VERSION = lq_cython_version()
 
 
-cdef extern from "_lq_platform.h":
+cdef extern from "lq_platform.h":
     # The C read of time.time and the lock primitive (see the header).
     double lq_wall_time() noexcept nogil
     bint LQ_HAVE_WALL_TIME
@@ -203,14 +203,14 @@ cdef int64_t _NEVER_CLAIMED = (<int64_t>1) << 62
 
 # The pieces, each in a file of its own, in the order of the pure twin's
 # sections (a module-level include: Cython allows none in a class body).
-include "_inmemory_lease.pxi"       # Lease, _issue, _lost_message
-include "_inmemory_validation.pxi"  # argument checks
-include "_inmemory_ids.pxi"         # IdTable: group id -> group slot
-include "_inmemory_ready.pxi"       # ReadySet: a heap of ready groups per level, the level treap
-include "_inmemory_expiry.pxi"      # ExpiryHeap: locked groups by expiry
-include "_inmemory_storage.pxi"     # MessageStore, GroupStore: the records, grow, forget, compact
-include "_inmemory_waiters.pxi"     # _Waiter, WaiterQueues: the waiting claims (THE ENTRY POINT: see there)
-include "_inmemory_batch.pxi"       # BatchPlan: what publish_many works out before the lock
+include "lease.pxi"          # Lease, _issue, _lost_message
+include "validation.pxi"     # argument checks
+include "ids.pxi"            # IdTable: group id -> group slot
+include "ready.pxi"          # ReadySet: a heap of ready groups per level, the level treap
+include "expiry.pxi"         # ExpiryHeap: locked groups by expiry
+include "storage.pxi"        # MessageStore, GroupStore: the records, grow, forget, compact
+include "waiters.pxi"        # _Waiter, WaiterQueues: the waiting claims (THE ENTRY POINT: see there)
+include "batch.pxi"          # BatchPlan: what publish_many works out before the lock
 
 
 cdef inline void _put(object record, Py_ssize_t i, object item):

@@ -23,14 +23,14 @@ import time
 cdef object _time_time = time.time
 
 
-cdef extern from "_lq_build.h":
+cdef extern from "lq_build.h":
     object lq_cython_version()
 
 #: The Cython version that compiled this module (recorded at build time).
 CYTHON_VERSION = lq_cython_version()
 
 
-cdef extern from "_lq_platform.h":
+cdef extern from "lq_platform.h":
     # Exactly the transport's C read of time.time and its lock primitive.
     double lq_wall_time() noexcept nogil
     bint LQ_HAVE_WALL_TIME

@@ -58,7 +58,7 @@ INT64_MAX = 2**63 - 1
 
 def load(name: str) -> Any:
     try:
-        return importlib.import_module(f"leasequeue._inmemory_{name}")
+        return importlib.import_module(f"leasequeue._backends.inmemory.transport_{name}")
     except ImportError as exc:
         if name == "c" and os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
             pytest.skip("Cython transport disabled by LEASEQUEUE_NO_EXTENSIONS")

@@ -53,18 +53,18 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
-from ._errors import LeaseQueueError
-from ._durable import LEASE_TYPES as _LEASE_TYPES
-from ._durable import check_lease as _check_lease
-from ._durable import decoded_lease, issue
-from ._durable import lease_key as _lease_key
-from ._durable import lost as _lost
-from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, serialize
-from ._serializers import check_serializer as _check_serializer
-from ._sqlfiles import load_queries, load_statements
-from ._sqlite_waiting import Waiter, WaitQueue, Watcher, call_all
-from ._types import PARKED, GroupInfo, TransportStats
-from ._validation import (
+from ..._errors import LeaseQueueError
+from ..durable import LEASE_TYPES as _LEASE_TYPES
+from ..durable import check_lease as _check_lease
+from ..durable import decoded_lease, issue
+from ..durable import lease_key as _lease_key
+from ..durable import lost as _lost
+from ..._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, serialize
+from ..._serializers import check_serializer as _check_serializer
+from ..sqlfiles import load_queries, load_statements
+from .waiting import Waiter, WaitQueue, Watcher, call_all
+from ..._types import PARKED, GroupInfo, TransportStats
+from ..._validation import (
     INT64_MAX,
     INT64_MIN,
     check_duration,
@@ -73,8 +73,8 @@ from ._validation import (
     check_time,
     check_worker,
 )
-from ._validation import check_count as _check_count
-from ._validation import check_item as _check_item
+from ..._validation import check_count as _check_count
+from ..._validation import check_item as _check_item
 
 __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTransport", "EventDecodeError"]
 

@@ -18,7 +18,7 @@ import pytest
 
 import leasequeue
 from leasequeue import EventDecodeError, LeaseLost, LeaseQueueError, SQLiteTransport
-from leasequeue._inmemory_py import Lease as PyLease
+from leasequeue._backends.inmemory.transport_py import Lease as PyLease
 from leasequeue.testing import ManualClock
 
 
@@ -155,7 +155,7 @@ def test_locked_past_the_busy_timeout(tmp_path: Any) -> None:
 READ_ONLY_CHILD = r"""
 import os, sys
 from leasequeue import SQLiteTransport, LeaseQueueError  # everything imported while still root
-import leasequeue._sqlite
+import leasequeue._backends.sqlite.transport
 os.setgid(65534); os.setuid(65534)  # then "nobody", who may read the file but not write it
 try:
     t = SQLiteTransport(sys.argv[1])

@@ -559,7 +559,7 @@ def test_an_undone_hand_off_gives_the_group_back_its_last_claim_time(
     """A waiting claim handed a message and then ended without keeping it
     (interrupted, cancelled) leaves the group as it was: ``last_claimed_at``
     included, ``None`` for a group never claimed."""
-    from leasequeue._waiting import HANDED
+    from leasequeue._backends.inmemory.waiting import HANDED
 
     if claimed_before:
         transport.publish("g", "first")
@@ -650,7 +650,7 @@ def test_user_code_around_a_wait_end_keeps_the_busy_guard(impl: Any, where: str)
     lock, so the hook never gets inside.)"""
     import sys
 
-    from leasequeue._waiting import HANDED
+    from leasequeue._backends.inmemory.waiting import HANDED
 
     t = impl.InMemoryTransport(clock=ManualClock())
     first = t._waiter("w1", 30.0, 0, lambda: None)

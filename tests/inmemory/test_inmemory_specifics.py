@@ -91,7 +91,7 @@ def test_clock_not_callable(make_transport: Callable[..., Any]) -> None:
 
 def other_module(impl: ModuleType) -> ModuleType | None:
     """The other implementation's module, when it can be imported."""
-    name = "leasequeue._inmemory_c" if impl.__name__.endswith("_py") else "leasequeue._inmemory_py"
+    name = "leasequeue._backends.inmemory.transport_c" if impl.__name__.endswith("_py") else "leasequeue._backends.inmemory.transport_py"
     try:
         return importlib.import_module(name)
     except ImportError:
@@ -316,7 +316,7 @@ def test_the_pure_twins_level_treap_keeps_its_orders_as_levels_come_and_go() -> 
     behavioural tests cannot see that."""
     import random
 
-    from leasequeue import _inmemory_py
+    from leasequeue._backends.inmemory import transport_py as _inmemory_py
 
     rng = random.Random(7)
     t = _inmemory_py.InMemoryTransport(clock=ManualClock())
@@ -347,7 +347,7 @@ def test_the_pure_twins_ack_cuts_a_groups_message_list_once_in_a_while(backlog: 
     about twice the backlog.  Cutting on every ack costs O(backlog) per ack, and never
     cutting keeps a slot for every message the group ever held: the
     behavioural tests see neither (the memory test sees the second)."""
-    from leasequeue import _inmemory_py
+    from leasequeue._backends.inmemory import transport_py as _inmemory_py
 
     class Cuts(list):  # type: ignore[type-arg]
         count = 0
@@ -382,7 +382,7 @@ def test_the_pure_twins_expiry_heap_is_rebuilt_only_once_in_a_while() -> None:
     amortised however many leases are live.  Rebuilding on every lock, or
     after a fixed number of stale entries, costs O(live) per lock: the
     behavioural tests cannot see that."""
-    from leasequeue import _inmemory_py
+    from leasequeue._backends.inmemory import transport_py as _inmemory_py
 
     clock = ManualClock()
     t = _inmemory_py.InMemoryTransport(clock=clock)
@@ -441,7 +441,7 @@ def test_the_pure_twins_table_of_groups_is_copied_only_a_few_times_as_it_drains(
     backlog that grows while groups are forgotten is never copied.  Copying
     on every forget below some size, or again and again as the table grows,
     costs O(n) per ack: the behavioural tests cannot see that."""
-    from leasequeue import _inmemory_py
+    from leasequeue._backends.inmemory import transport_py as _inmemory_py
 
     t = _inmemory_py.InMemoryTransport(clock=ManualClock())
     table = t._groups

@@ -19,7 +19,7 @@ from leasequeue.testing import TransportContract
 
 def _load(name: str) -> Optional[Any]:
     try:
-        return importlib.import_module(f"leasequeue._inmemory_{name}").InMemoryTransport
+        return importlib.import_module(f"leasequeue._backends.inmemory.transport_{name}").InMemoryTransport
     except ImportError:
         return None
 
@@ -51,5 +51,5 @@ class TestCythonTransport(TransportContract):
         if COMPILED is None:
             if os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
                 pytest.skip("Cython transport disabled by LEASEQUEUE_NO_EXTENSIONS")
-            importlib.import_module("leasequeue._inmemory_c")  # fails the test with the import error
+            importlib.import_module("leasequeue._backends.inmemory.transport_c")  # fails the test with the import error
         return COMPILED(clock=clock)

@@ -282,7 +282,7 @@ def test_two_threads_starting_the_first_expiry_timer_at_once_start_one(transport
     import inspect
     import sys
 
-    from leasequeue import _waiting
+    from leasequeue._backends.inmemory import waiting as _waiting
 
     source = _waiting.poke_timer.__code__
     lines = inspect.getsource(_waiting.poke_timer).splitlines()
@@ -422,7 +422,7 @@ def test_a_wait_starting_on_a_closed_transport_queues_nothing(transport: Any, cl
     """``close()`` landing between a waiting claim's look at ``closed`` and its
     start (``_wait_start``, see ``_waiting.py``): the record comes back
     CLOSED, nothing is queued, claimed or woken, even with a message there."""
-    from leasequeue._waiting import CLOSED
+    from leasequeue._backends.inmemory.waiting import CLOSED
 
     transport.publish("g", "e")
     transport.close()
@@ -730,7 +730,7 @@ def test_close_wakes_every_claim_left_in_every_floor(transport: Any) -> None:
     assert transport._waiting_count() == 0
     assert [len(woken) for _, woken in records] == [1, 1, 1, 0, 1, 1, 1]
     assert transport._wake_counts() == (0, 6)
-    from leasequeue._waiting import CLOSED
+    from leasequeue._backends.inmemory.waiting import CLOSED
 
     assert [rec.state for rec, _ in records if rec is not records[3][0]] == [CLOSED] * 6
     transport.publish("g", "e")
@@ -1124,7 +1124,7 @@ def test_a_wake_after_the_deadline_resolved_the_future_is_ignored() -> None:
     """An ``aclaim``'s future is resolved by its deadline or by a wake,
     whichever comes first; the other finds it done and does nothing (a wake
     running on the loop's thread inside ``publish`` must not raise there)."""
-    from leasequeue._waiting import _resolve
+    from leasequeue._backends.inmemory.waiting import _resolve
 
     loop = asyncio.new_event_loop()
     try:
@@ -1274,7 +1274,7 @@ class _HandedRightAfterStart:
 
 
 def test_a_lease_handed_over_just_after_queueing_is_returned(transport: Any) -> None:
-    from leasequeue._waiting import aclaim_wait, claim_wait
+    from leasequeue._backends.inmemory.waiting import aclaim_wait, claim_wait
 
     lease = claim_wait(_HandedRightAfterStart(transport, "g"), "w", 30.0, 0, 5.0)
     assert lease is not None and (lease.seq, lease.worker_id) == (1, "w")
@@ -1494,7 +1494,7 @@ def test_serving_a_waiting_claim_frees_an_expired_lease_at_any_lease_count(
     """An operation that serves waiting claims frees the leases its clock
     reading finds expired, and hands their messages on (here publish, which
     reads the clock only to serve): after many leases, on a clock near 0."""
-    from leasequeue._waiting import HANDED
+    from leasequeue._backends.inmemory.waiting import HANDED
 
     with _many_leases_at_time_zero(transport_cls, clock, 40) as t:
         t.publish("g", "a")
@@ -1517,7 +1517,7 @@ def test_a_poke_while_the_expiry_timer_is_between_reading_and_sleeping_is_not_lo
     towards the old, later time.  The timer is held in that gap by a
     subclass of the pure transport (the Cython class cannot be subclassed;
     the timer, ``_waiting.py``, is the same code for both)."""
-    from leasequeue._inmemory_py import InMemoryTransport
+    from leasequeue._backends.inmemory.transport_py import InMemoryTransport
 
     transport_cls = InMemoryTransport
     entered, proceed = threading.Event(), threading.Event()

@@ -39,7 +39,7 @@ from helpers import (
 from leasequeue.testing import ManualClock
 
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where helpers.py is
 
 
 
@@ -844,7 +844,7 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
     import gc
     import traceback
 
-    from leasequeue._waiting import CLOSED, HANDED, IDLE
+    from leasequeue._backends.inmemory.waiting import CLOSED, HANDED, IDLE
     from leasequeue.testing import ManualClock
 
     pure = impl.__name__.endswith("_py")
@@ -900,7 +900,7 @@ def test_a_message_published_by_user_code_inside_a_serving_goes_to_the_waiting_c
     served to the waiting claim before the call returns, not left to wait
     for another operation.  The Cython transport runs no Python code under
     its lock: there nothing is published inside, and the claim waits."""
-    from leasequeue._waiting import HANDED, IDLE, WAITING
+    from leasequeue._backends.inmemory.waiting import HANDED, IDLE, WAITING
 
     t = impl.InMemoryTransport(clock=ManualClock())
     rec = t._waiter("w", 30.0, 0, lambda: None)

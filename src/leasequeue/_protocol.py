@@ -1,0 +1,169 @@
+"""``Transport``: what every leasequeue backend is, as a ``typing.Protocol``.
+
+No backend inherits from these classes: a backend *is* a ``Transport`` when
+it has these methods with these signatures, and the type checker says so
+(``tests/typing/`` assigns every backend to ``Transport`` and runs mypy).
+The worker, the conformance kit and users' own code are typed against it::
+
+    def drain(t: leasequeue.Transport) -> None:
+        while (lease := t.claim("drainer", 30.0)) is not None:
+            t.ack(lease)
+
+The protocol is built from small ones, one per part of the contract (the
+way pgqueuer composes its ports), so that code needing only a part can ask
+for only that part:
+
+==========================  ================================================
+:class:`CoreTransport`      Part 1: publish, claim, ack, nack, extend, stats,
+                            ``len``, close, the context manager
+:class:`WaitingTransport`   Part 2: ``claim(timeout=)``, ``aclaim``, ``closed``
+:class:`ControlPlane`       Part 2: pause, resume, purge, set_priority,
+                            group, groups
+:class:`BatchTransport`     Part 2: publish_many, claim_many, ack_many
+:class:`Transport`          all of them
+==========================  ================================================
+
+Each is generic in the lease type ``L`` a backend issues and takes back: a
+bare ``Transport`` means ``Transport[Any]``; ``Transport[leasequeue.Lease]``
+is exact for the built-in backends.  :class:`LeaseLike` is the protocol of a
+lease's fields.  None of these is ``runtime_checkable``: the check is static.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, List, Optional, Protocol, Tuple, TypeVar
+
+from ._types import GroupInfo, TransportStats
+
+__all__ = [
+    "BatchTransport",
+    "ControlPlane",
+    "CoreTransport",
+    "LeaseLike",
+    "Transport",
+    "WaitingTransport",
+]
+
+
+class LeaseLike(Protocol):
+    """A delivery, as every backend's ``Lease`` has it (all read-only)."""
+
+    @property
+    def seq(self) -> int:
+        """The message's sequence number (1, 2, 3, ... never reused)."""
+
+    @property
+    def group_id(self) -> str:
+        """The message's group."""
+
+    @property
+    def event(self) -> Any:
+        """The published object (by reference in memory; an equal copy in durable backends)."""
+
+    @property
+    def worker_id(self) -> str:
+        """The worker the message is leased to."""
+
+    @property
+    def expires_at(self) -> float:
+        """When the lease runs out, in clock seconds (``inf``: never)."""
+
+    @property
+    def attempt(self) -> int:
+        """1 on a message's first delivery, +1 at each later claim of it."""
+
+
+L = TypeVar("L", bound=LeaseLike)
+_T = TypeVar("_T")
+
+
+class CoreTransport(Protocol[L]):
+    """Part 1: the seed's transport (publish, claim, ack, nack, extend, stats)."""
+
+    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+        """Append ``event`` to ``group_id``; returns its seq."""
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
+    ) -> Optional[L]:
+        """Lease the next eligible message for ``visibility`` seconds, or ``None``."""
+
+    def ack(self, lease: L) -> None:
+        """The message is done: remove it (``LeaseLost`` if the lease is not current)."""
+
+    def nack(self, lease: L, delay: float = 0.0) -> None:
+        """Retry now (``delay == 0``) or park the message, blocking its group, for ``delay`` s."""
+
+    def extend(self, lease: L, visibility: float) -> L:
+        """Heartbeat: the same delivery, leased until ``now + visibility``."""
+
+    def stats(self) -> TransportStats:
+        """Counts as of now (messages, groups, leased, parked, paused)."""
+
+    def __len__(self) -> int:
+        """Messages held: ready + leased + parked."""
+
+    def close(self) -> None:
+        """End every waiting claim; idempotent."""
+
+    def __enter__(self: _T) -> _T:
+        """The transport itself; leaving the block closes it."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        """``close()``."""
+
+
+class WaitingTransport(CoreTransport[L], Protocol[L]):
+    """Part 2: waiting for work (``claim(timeout=...)``, ``aclaim``, ``closed``)."""
+
+    async def aclaim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = None
+    ) -> Optional[L]:
+        """``claim`` as a coroutine, waiting in the running event loop (default: no deadline)."""
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+
+
+class ControlPlane(Protocol):
+    """Part 2: an operator's view and steering of groups."""
+
+    def pause(self, group_id: str) -> bool:
+        """Claims skip the group until ``resume``; True if it was not paused."""
+
+    def resume(self, group_id: str) -> bool:
+        """Lift a pause and end a park; True if either was lifted."""
+
+    def purge(self, group_id: str) -> int:
+        """Remove every message of the group and forget it; returns how many."""
+
+    def set_priority(self, group_id: str, priority: int) -> bool:
+        """Re-prioritise a live group; False if there is no such group."""
+
+    def group(self, group_id: str) -> Optional[GroupInfo]:
+        """The group as of now, or ``None``."""
+
+    def groups(self) -> List[GroupInfo]:
+        """A snapshot of every group, in creation order."""
+
+
+class BatchTransport(Protocol[L]):
+    """Part 2: many messages per call, under one lock and one clock read."""
+
+    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
+        """Publish ``(group_id, event[, priority])`` items; returns their seqs."""
+
+    def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[L]:
+        """What ``max_count`` successive claims at one ``now`` would return."""
+
+    def ack_many(self, leases: Iterable[L]) -> List[L]:
+        """Ack each current lease, in order; returns the ones that were not current."""
+
+
+class Transport(WaitingTransport[L], ControlPlane, BatchTransport[L], Protocol[L]):
+    """Every operation of the contract: what every leasequeue backend is.
+
+    ``InMemoryTransport`` (both twins), ``SQLiteTransport`` and
+    ``PostgresTransport`` satisfy it without inheriting from it.
+    """
