@@ -83,9 +83,7 @@ class CoreTransport(Protocol[L]):
     def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
         """Append ``event`` to ``group_id``; returns its seq."""
 
-    def claim(
-        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
-    ) -> Optional[L]:
+    def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[L]:
         """Lease the next eligible message for ``visibility`` seconds, or ``None``."""
 
     def ack(self, lease: L) -> None:
@@ -115,6 +113,11 @@ class CoreTransport(Protocol[L]):
 
 class WaitingTransport(CoreTransport[L], Protocol[L]):
     """Part 2: waiting for work (``claim(timeout=...)``, ``aclaim``, ``closed``)."""
+
+    def claim(
+        self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
+    ) -> Optional[L]:
+        """Lease the next eligible message; ``timeout`` > 0 or ``None`` waits for one (``0``: never)."""
 
     async def aclaim(
         self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = None

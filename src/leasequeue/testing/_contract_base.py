@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar, cast
 
 import pytest
 
+from .._protocol import CoreTransport
 from ._clock import ManualClock
 from ._reference import INT64_MIN  # the referee's, not the code under test's
 
@@ -254,8 +255,12 @@ class ContractBase:
 
     # -- hooks ---------------------------------------------------------------
 
-    def make_transport(self, clock: Callable[[], float]) -> Any:
+    def make_transport(self, clock: Callable[[], float]) -> "CoreTransport[Any]":
         """Return a new, empty transport that reads the time from ``clock``.
+
+        A backend with every part of the contract is a ``leasequeue.Transport``;
+        one that leaves parts out (the ``supports_*`` flags) is at least a
+        ``leasequeue.CoreTransport``.
 
         Override this.  Each call must give a transport independent of every
         other one (its own database file or queue name): the contract builds

@@ -1,9 +1,9 @@
 """Type stub for the compiled transport: the same API as the pure twin."""
 
-from ._types import PARKED as PARKED
-from ._inmemory_py import InMemoryTransport as InMemoryTransport
-from ._inmemory_py import Lease as Lease
-from ._types import TransportStats as TransportStats
+from ..._types import PARKED as PARKED
+from ..._types import TransportStats as TransportStats
+from .transport_py import InMemoryTransport as InMemoryTransport
+from .transport_py import Lease as Lease
 
 CYTHON_VERSION: str
 

@@ -56,7 +56,7 @@ import threading
 import time
 from bisect import insort
 from heapq import heapify, heappop, heappush
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from . import waiting as _waiting
 from ..._errors import LeaseLost
@@ -77,6 +77,9 @@ from .waiting import CLOSED as _W_CLOSED
 from .waiting import HANDED as _W_HANDED
 from .waiting import IDLE as _W_IDLE
 from .waiting import WAITING as _W_WAITING
+
+
+_Self = TypeVar("_Self")  # what __enter__ returns: the transport itself (a subclass's too)
 
 __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 
@@ -1250,7 +1253,7 @@ class InMemoryTransport:
         """Whether ``close()`` was called."""
         return self._closed
 
-    def __enter__(self) -> "InMemoryTransport":
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

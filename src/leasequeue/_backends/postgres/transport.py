@@ -17,14 +17,9 @@ import random
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
-try:
-    import psycopg
-except ImportError as _exc:  # pragma: no cover - exercised without the extra
-    raise ImportError(
-        "leasequeue.PostgresTransport needs psycopg 3: pip install 'leasequeue[postgres]'"
-    ) from _exc
+import psycopg  # only leasequeue._backends.load() imports this module: it names the extra when psycopg is missing
 
 from ..durable import DeliveryKey, check_lease, decoded_lease, issue, lease_key, lost
 from ..._errors import LeaseQueueError
@@ -42,6 +37,9 @@ from ..._validation import (
     check_timeout,
     check_worker,
 )
+
+
+_Self = TypeVar("_Self")  # what __enter__ returns: the transport itself (a subclass's too)
 
 __all__ = ["SCHEMA_VERSION", "PostgresTransport"]
 
@@ -696,7 +694,7 @@ class PostgresTransport:
             except Exception:
                 pass
 
-    def __enter__(self) -> "PostgresTransport":
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -51,7 +51,7 @@ import time
 import urllib.parse
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Union, TypeVar
 
 from ..._errors import LeaseQueueError
 from ..durable import LEASE_TYPES as _LEASE_TYPES
@@ -75,6 +75,9 @@ from ..._validation import (
 )
 from ..._validation import check_count as _check_count
 from ..._validation import check_item as _check_item
+
+
+_Self = TypeVar("_Self")  # what __enter__ returns: the transport itself (a subclass's too)
 
 __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTransport", "EventDecodeError"]
 
@@ -686,7 +689,7 @@ class SQLiteTransport:
             executor.shutdown(wait=False)
         _LIVE.discard(self)
 
-    def __enter__(self) -> "SQLiteTransport":
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
