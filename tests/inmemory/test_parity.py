@@ -227,3 +227,23 @@ def test_same_error_messages(pure: ModuleType, compiled: ModuleType, bad: Any) -
         errors.append(_error(lambda: bad(t, lease)))
     assert errors[0] == errors[1]
     assert "nan" not in errors[0][1] or "NaN" in errors[0][1]
+
+
+def _package_file(name: str) -> str:
+    from importlib import resources
+
+    return (resources.files("leasequeue._backends.inmemory") / name).read_text(encoding="utf-8")
+
+
+def test_every_pxi_has_its_banner_in_the_pure_twin_in_include_order() -> None:
+    """The pure twin is one module with a section per ``.pxi`` file of the
+    Cython twin, named after it and in ``transport_c.pyx``'s include order,
+    so the two can be read side by side and cannot drift apart unnoticed."""
+    from importlib import resources
+
+    included = re.findall(r'^include "([a-z_]+\.pxi)"', _package_file("transport_c.pyx"), re.MULTILINE)
+    on_disk = sorted(p.name for p in resources.files("leasequeue._backends.inmemory").iterdir()
+                     if p.name.endswith(".pxi"))
+    assert sorted(included) == on_disk and len(included) == len(set(included))  # every .pxi included once
+    banners = re.findall(r"^# -{3,} ([a-z_]+\.pxi): \S", _package_file("transport_py.py"), re.MULTILINE)
+    assert banners == included

@@ -31,15 +31,22 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   table, whose order is creation order.  The batches are the single
   operations in a loop under one lock.
 
-The sections below come in the order of the Cython twin's files, under the
-same names, so the two can be read side by side: Lease
-(``_inmemory_lease.pxi``), validation (``_inmemory_validation.pxi``), the
-group-id table (``_inmemory_ids.pxi``), the ready heaps and the level treap
-(``_inmemory_ready.pxi``), the expiry heap (``_inmemory_expiry.pxi``),
-message/group storage (``_inmemory_storage.pxi``), the waiting claims
-(``_inmemory_waiters.pxi``; the sleeping and waking is ``_waiting.py``,
-shared by both), then the transport, whose internal methods follow the same
-order.
+The sections below come in the order in which ``transport_c.pyx`` includes
+its ``.pxi`` files, each under a banner named after its file, so the two can
+be read side by side (``tests/inmemory/test_parity.py`` checks the banners):
+
+=================  ====================================================
+``lease.pxi``      ``Lease``
+``validation.pxi`` argument checks (shared with the durable backends)
+``ids.pxi``        the group-id table (here a dict)
+``ready.pxi``      the ready heaps and the level treap
+``expiry.pxi``     the expiry heap of locked groups
+``storage.pxi``    message and group storage
+``waiters.pxi``    the waiting claims (sleeping and waking: ``waiting.py``)
+``batch.pxi``      a ``publish_many`` batch's plan (nothing to plan here)
+=================  ====================================================
+
+Then the transport, whose internal methods follow the same order.
 
 Thread safety: one ``threading.Lock``.  No user code runs under it: the clock
 is read before taking it, ``str`` subclasses are converted to ``str`` before
@@ -104,7 +111,7 @@ _NO_WAIT = 0.0
 _osetattr = object.__setattr__
 
 
-# --------------------------------------------------------------------- Lease
+# ------------------------------------------------------------ lease.pxi: Lease
 
 
 class Lease:
@@ -229,7 +236,7 @@ def _lost_message(lease: Lease) -> str:
     )
 
 
-# ---------------------------------------------------------------- validation
+# --------------------------------------------- validation.pxi: argument checks
 #
 # The argument checks are ``_validation.py``'s, shared with the other
 # backends (the Cython twin's are ``_inmemory_validation.pxi``).
@@ -243,13 +250,13 @@ def _check_lease(lease: Any) -> Lease:
     return lease
 
 
-# ------------------------------------------------------------ group-id table
+# ------------------------------------------------- ids.pxi: the group-id table
 #
 # Group id -> group: the transport's dict ``_groups`` (the Cython twin's
 # ``IdTable`` in ``_inmemory_ids.pxi``, an open-addressing table of slots).
 
 
-# ------------------------------------------- ready heaps and the level treap
+# ---------------------------------- ready.pxi: ready heaps and the level treap
 #
 # The Cython twin's ``ReadySet`` (``_inmemory_ready.pxi``).  Here a level's
 # heap is lazy: a group leaving it only goes stale (``_Group.ready_key``),
@@ -346,7 +353,7 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
     return node
 
 
-# --------------------------------------------------------------- expiry heap
+# ------------------------------------------------- expiry.pxi: the expiry heap
 #
 # The transport's ``_expiry``: a lazy heapq list of (expires_at, tick, group);
 # an entry is live while its tick is its group's ``tick``
@@ -354,7 +361,7 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
 # twin's ``ExpiryHeap`` (``_inmemory_expiry.pxi``) is indexed instead.
 
 
-# ----------------------------------------------------- message/group storage
+# -------------------------------------- storage.pxi: message and group storage
 #
 # One ``_Group`` per group, its messages in a list on it; the Cython twin's
 # ``GroupStore``/``MessageStore`` (``_inmemory_storage.pxi``) hold records
@@ -440,7 +447,7 @@ def _view(group: _Group) -> Tuple[Any, ...]:
     )
 
 
-# ------------------------------------------------------------------- waiters
+# --------------------------------------------- waiters.pxi: the waiting claims
 #
 # Waiting claims (``claim(timeout=...)``, ``aclaim``): the Cython twin's
 # ``_inmemory_waiters.pxi``.  Sleeping and waking is ``_waiting.py``, shared
@@ -553,7 +560,17 @@ class _FloorQueue:
         self.tail: Optional[_Waiter] = None
 
 
-# ---------------------------------------------------------------- transport
+# -------------------------------------- batch.pxi: a publish_many batch's plan
+#
+# The Cython twin works out a ``publish_many`` batch before its lock
+# (``BatchPlan``: every item's priority and id hash, the new groups and new
+# levels it will create) so that it can allocate everything first.  Here
+# ``publish_many`` checks every item first and then publishes them one by one
+# under the lock (``InMemoryTransport.publish_many``); a Python list grows
+# by itself, so there is nothing to plan.
+
+
+# --------------------------------------------------------------- the transport
 
 
 class InMemoryTransport:
