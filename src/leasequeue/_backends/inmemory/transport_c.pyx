@@ -1086,7 +1086,7 @@ cdef class InMemoryTransport:
         """Whether ``close()`` was called."""
         return self._closed
 
-    def __enter__(self) -> "InMemoryTransport":
+    def __enter__(self: "_Self") -> "_Self":
         return self
 
     def __exit__(self, *exc_info: object) -> None:

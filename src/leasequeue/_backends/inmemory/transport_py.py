@@ -1270,7 +1270,7 @@ class InMemoryTransport:
         """Whether ``close()`` was called."""
         return self._closed
 
-    def __enter__(self: _Self) -> _Self:
+    def __enter__(self: "_Self") -> "_Self":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
