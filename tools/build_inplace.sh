@@ -16,9 +16,11 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 LEASEQUEUE_REQUIRE_EXTENSIONS=1 "$DEV/bin/python" setup.py -q build_ext --build-lib "$tmp/lib" --build-temp "$tmp/tmp" >/dev/null
-for so in "$tmp"/lib/leasequeue/*.so; do
-  name="$(basename "$so")"
-  cp "$so" "src/leasequeue/.$name.new"
-  mv -f "src/leasequeue/.$name.new" "src/leasequeue/$name"
-  echo "built src/leasequeue/$name"
+(cd "$tmp/lib" && find leasequeue -name '*.so') | while read -r rel; do
+  dest="src/$rel"
+  dir="$(dirname "$dest")"
+  name="$(basename "$dest")"
+  cp "$tmp/lib/$rel" "$dir/.$name.new"
+  mv -f "$dir/.$name.new" "$dest"
+  echo "built $dest"
 done

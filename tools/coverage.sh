@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Branch coverage of the pure twin (_inmemory_py and the modules it imports),
+# Branch coverage of the pure twin (_backends/inmemory/transport_py.py and the modules it imports),
 # subprocesses and threads included, failing below the floor `fail_under` in
 # pyproject.toml (tests/coverage_floor.py).  CI measures the same during its
 # run of the README's test command (.ci/run sets LEASEQUEUE_COVERAGE=1); this

@@ -27,7 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 mkdir -p "$tmp/src"
 cp -r src/leasequeue "$tmp/src/"
-rm -f "$tmp"/src/leasequeue/*.so "$tmp"/src/leasequeue/*.c
+find "$tmp/src/leasequeue" \( -name "*.so" -o -name "*.c" \) -delete
 
 # Compile every .pyx of the package with the directives setup.py uses, through a bare
 # setuptools Distribution (no pyproject parsing: an older setuptools may reject it).
@@ -40,8 +40,10 @@ tmp = sys.argv[1]
 tree = ast.parse(open("setup.py").read())
 directives = next(ast.literal_eval(n.value) for n in tree.body
                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CYTHON_DIRECTIVES")
-pyx = sorted(glob.glob(os.path.join(tmp, "src", "leasequeue", "*.pyx")))
-exts = [Extension("leasequeue." + os.path.basename(p)[:-4], [p]) for p in pyx]
+src = os.path.join(tmp, "src")
+pyx = sorted(glob.glob(os.path.join(src, "leasequeue", "**", "*.pyx"), recursive=True))
+headers = os.path.join(src, "leasequeue", "_backends", "inmemory")  # lq_platform.h, lq_build.h
+exts = [Extension(os.path.relpath(p, src)[:-4].replace(os.sep, "."), [p], include_dirs=[headers]) for p in pyx]
 dist = Distribution({"name": "leasequeue-sanitize", "ext_modules": cythonize(exts, compiler_directives=directives, quiet=True)})
 cmd = dist.get_command_obj("build_ext")
 cmd.build_lib = os.path.join(tmp, "lib")
@@ -49,7 +51,7 @@ cmd.build_temp = os.path.join(tmp, "tmp")
 dist.run_command("build_ext")
 print("built", ", ".join(e.name for e in exts))
 PYEOF
-  cp "$tmp"/lib/leasequeue/*.so "$tmp/src/leasequeue/"
+  (cd "$tmp/lib" && find leasequeue -name '*.so') | while read -r rel; do cp "$tmp/lib/$rel" "$tmp/src/$rel"; done
 }
 # the Cython tests only (tests/test_build.py builds real venvs: not a sanitizer matter);
 # SANITIZE_K adds to the selection, e.g. SANITIZE_K="not test_stress" (a -k among the
@@ -64,7 +66,7 @@ case "$mode" in
     export LDFLAGS="-fsanitize=address,undefined"
     build >/dev/null
     unset CFLAGS LDFLAGS
-    for so in "$tmp"/src/leasequeue/*.so; do
+    for so in $(find "$tmp/src/leasequeue" -name "*.so"); do
       n="$(nm -D --undefined-only "$so" | grep -c '__asan_report' || true)"
       echo "sanitize: $(basename "$so"): $n ASan check entry points"
       [ "$n" -gt 0 ] || { echo "sanitize: $so is not instrumented" >&2; exit 1; }
@@ -106,7 +108,7 @@ for f in "$log".*; do
     # suppression file in its source tree, not installed): count only errors whose
     # stack passes through the extension
     found="$(awk '/^==[0-9]+== [A-Z]/ {blk=$0; next} /^==[0-9]+== +(at|by) / {blk=blk "\n" $0; next}
-                  /^==[0-9]+== *$/ {if (blk ~ /_inmemory_c|_floor/) {print blk; n++} blk=""} END {exit n == 0}' "$f")" && {
+                  /^==[0-9]+== *$/ {if (blk ~ /transport_c|_floor/) {print blk; n++} blk=""} END {exit n == 0}' "$f")" && {
       reports=$((reports + 1))
       echo "---- memcheck errors in the extension: $f"
       printf '%b\n' "$found" | head -80
