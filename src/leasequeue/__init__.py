@@ -26,7 +26,7 @@ from ._errors import LeaseLost, LeaseQueueError
 from ._protocol import BatchTransport, ControlPlane, CoreTransport, LeaseLike, Transport, WaitingTransport
 from ._types import GroupInfo, TransportStats
 
-__version__ = "0.2.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "IMPLEMENTATION",
