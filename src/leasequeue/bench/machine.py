@@ -16,9 +16,9 @@ def compiled_with() -> Optional[str]:
     time in its ``CYTHON_VERSION`` attribute; None when no compiled module
     imports.  (The Cython importable at run time, if any, says nothing about
     an installed wheel.)"""
-    for name in ("_inmemory_c", "_floor"):
+    for name in ("leasequeue._backends.inmemory.transport_c", "leasequeue.bench._floor"):
         try:
-            module = importlib.import_module(f"leasequeue.{name}")
+            module = importlib.import_module(name)
         except ImportError:
             continue
         version = getattr(module, "CYTHON_VERSION", None)
