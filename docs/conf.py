@@ -103,7 +103,8 @@ nitpick_ignore = [
     ("py:class", "leasequeue._backends.sqlite.transport._Self"),
     ("py:class", "leasequeue._backends.postgres.transport._Self"),
     ("py:class", "leasequeue.testing._harness.Harness"),  # what replay() returns
-    ("py:class", "Capabilities"),  # DifferentialSummary.capabilities
+    ("py:class", "leasequeue.testing._generator.Capabilities"),  # DifferentialSummary.capabilities
+    ("py:class", "Capabilities"),  # the same, as the NamedTuple field annotation names it
 ]
 
 # --- HTML

@@ -77,25 +77,19 @@ def _check_public_names(app: Sphinx, env: BuildEnvironment) -> None:
             )
 
 
-def _document_public_names_under_the_package() -> None:
-    """Public classes live in private modules (``leasequeue._types``, ...) and
-    are re-exported: name them ``leasequeue.X`` in signatures, so that a
-    type hint links to the reference entry of ``leasequeue.X``."""
-    import leasequeue
-    import leasequeue.testing
-
-    for package in (leasequeue, leasequeue.testing):
-        names = list(package.__all__)
-        if package is leasequeue:
-            names.append("PostgresTransport")
-        for name in names:
-            obj = getattr(package, name)
-            module = getattr(obj, "__module__", None)
-            if isinstance(obj, type) and module and module.startswith(package.__name__ + "._"):
-                try:
-                    obj.__module__ = package.__name__
-                except (AttributeError, TypeError):  # a compiled class
-                    pass
+def _public_name_for(app: Sphinx, env: BuildEnvironment, node: Any, contnode: Any) -> Any:
+    """Public classes live in private modules (``leasequeue._types.GroupInfo``)
+    and are re-exported (``leasequeue.GroupInfo``): a type hint naming the
+    private path links to the public entry.  Nothing else is resolved here,
+    so a type with no public entry stays a warning."""
+    target = node.get("reftarget", "")
+    if node.get("refdomain") != "py" or not target.startswith("leasequeue.") or "._" not in target:
+        return None
+    package = "leasequeue.testing" if target.startswith("leasequeue.testing.") else "leasequeue"
+    public = f"{package}.{target.rsplit('.', 1)[1]}"
+    if public not in env.get_domain("py").objects:
+        return None
+    return env.get_domain("py").resolve_xref(env, node["refdoc"], app.builder, node["reftype"], public, node, contnode)
 
 
 def _protocol_signature(app: Sphinx, what: str, name: str, obj: Any, options: Any, signature: Any,
@@ -300,7 +294,6 @@ def _builder_inited(app: Sphinx) -> None:
 
 
 def setup(app: Sphinx) -> Dict[str, Any]:
-    _document_public_names_under_the_package()
     app.add_directive("leasequeue-cli", CliHelp)
     app.add_directive("toctree-if-exists", OptionalTocTree)
     app.connect("builder-inited", _builder_inited)
@@ -308,6 +301,7 @@ def setup(app: Sphinx) -> Dict[str, Any]:
     app.connect("include-read", _include_read)
     app.connect("env-check-consistency", _check_public_names)
     app.connect("autodoc-process-signature", _protocol_signature)
+    app.connect("missing-reference", _public_name_for)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
 
 
