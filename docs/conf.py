@@ -99,6 +99,7 @@ nitpick_ignore_regex = [
 # are).
 nitpick_ignore = [
     ("py:class", "leasequeue._protocol.L"),  # the lease type of a transport (a TypeVar bound to LeaseLike)
+    ("py:obj", "leasequeue._protocol.L"),  # the same, in the bases of Transport
     ("py:class", "leasequeue._backends.inmemory.transport_py._Self"),  # __enter__ returns the transport
     ("py:class", "leasequeue._backends.sqlite.transport._Self"),
     ("py:class", "leasequeue._backends.postgres.transport._Self"),

@@ -5,7 +5,10 @@
   The README's sections have their tests (``test_readme_*.py``), and
   ``docs/testing-your-backend.md`` has ``tests/kit/test_backend_guide.py``.
 * Every ``{include}`` of a guide page finds its start and end markers, so a
-  renamed README heading fails the test run, not only the docs build.
+  renamed README heading fails the test run, not only the docs build; and
+  every README section is included by some page.
+* The runnable example of ``docs/sqlite.md`` runs (the other pages' Python
+  blocks are signature sketches, ``t.pause(group_id) -> bool``).
 * With the docs tools installed (the ``docs`` extra; ``.ci/run`` installs
   them), a site whose reference lacks a public name fails to build, and the
   site ``.ci/run`` built (``LEASEQUEUE_DOCS_HTML``) has an entry with a
@@ -100,6 +103,33 @@ def test_every_include_finds_its_markers() -> None:
             includes[target.name] = includes.get(target.name, 0) + 1
     # The guide is the README's story: it includes the README section by section.
     assert includes.get("README.md", 0) >= 6, includes
+
+
+def test_every_readme_section_is_on_the_site() -> None:
+    """The guide is the README split into pages: a section added to the
+    README must be included by a page too (or the site silently lacks it)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ranges: List[Tuple[int, int]] = []
+    for page in sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if "_build" not in p.parts):
+        for kind, argument, body in _blocks(page):
+            if kind == "{include}" and ((DOCS / page).parent / argument).resolve() == (ROOT / "README.md").resolve():
+                options = dict(re.findall(r"^:([\w-]+):[ \t]*(.*)$", body, re.M))
+                start = readme.find(options.get("start-after", "").strip().strip('"')) if "start-after" in options else 0
+                end = readme.find(options["end-before"].strip().strip('"'), start) if "end-before" in options else len(readme)
+                ranges.append((start, end))
+    headings = [m.start() for m in re.finditer(r"^##? .*$", readme, re.M)]
+    assert headings
+    for pos in headings:
+        heading = readme[pos:readme.index("\n", pos)]
+        assert any(a <= pos < b for a, b in ranges), f"README section {heading!r} is on no page of the site"
+
+
+def test_the_sqlite_page_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = [body for kind, _, body in _blocks("sqlite.md") if kind == "python" and "SQLiteTransport(" in body]
+    assert blocks, "docs/sqlite.md has no example"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "docs/sqlite.md", "exec"), {"__name__": "docs_example"})  # noqa: S102
+    assert (tmp_path / "queue.db").is_file()
 
 
 # ------------------------------------------------------------------ with Sphinx

@@ -294,6 +294,12 @@ def _builder_inited(app: Sphinx) -> None:
 
 
 def setup(app: Sphinx) -> Dict[str, Any]:
+    # A change to this file changes what every page is made of: the
+    # environment's version follows the file's content, so an incremental
+    # build (the README's command run twice) rereads every page then.
+    import hashlib
+
+    version = int(hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8], 16)
     app.add_directive("leasequeue-cli", CliHelp)
     app.add_directive("toctree-if-exists", OptionalTocTree)
     app.connect("builder-inited", _builder_inited)
@@ -302,7 +308,7 @@ def setup(app: Sphinx) -> Dict[str, Any]:
     app.connect("env-check-consistency", _check_public_names)
     app.connect("autodoc-process-signature", _protocol_signature)
     app.connect("missing-reference", _public_name_for)
-    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": "1", "env_version": version, "parallel_read_safe": True, "parallel_write_safe": True}
 
 
 __all__ = ["cli_help", "public_names", "setup"]
