@@ -7,8 +7,9 @@
 * Every ``{include}`` of a guide page finds its start and end markers, so a
   renamed README heading fails the test run, not only the docs build; and
   every README section is included by some page.
-* The runnable example of ``docs/sqlite.md`` runs (the other pages' Python
-  blocks are signature sketches, ``t.pause(group_id) -> bool``).
+* The runnable example of ``docs/sqlite.md`` runs; the contract's Python
+  blocks are signature sketches (``t.pause(group_id) -> bool``): their
+  parameters are checked against the code's.
 * With the docs tools installed (the ``docs`` extra; ``.ci/run`` installs
   them), a site whose reference lacks a public name fails to build, and the
   site ``.ci/run`` built (``LEASEQUEUE_DOCS_HTML``) has an entry with a
@@ -130,6 +131,88 @@ def test_the_sqlite_page_example_runs(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], "docs/sqlite.md", "exec"), {"__name__": "docs_example"})  # noqa: S102
     assert (tmp_path / "queue.db").is_file()
+
+
+_SKETCH = re.compile(r"^[^#\n]*?\bt\.(\w+)\(([^()\n]*)\)", re.M)
+
+
+def _sketches(text: str) -> List[Tuple[str, "inspect.Signature"]]:
+    """The ``t.method(params)`` sketches of a page's Python blocks, as
+    signatures (lines whose arguments are values, not parameters, are
+    examples, not sketches, and are left out)."""
+    import ast
+
+    out = []
+    for body in re.findall(r"```python\n(.*?)```", text, re.S):
+        for m in _SKETCH.finditer(body):
+            try:
+                tree = ast.parse(f"def {m.group(1)}({m.group(2)}): pass")
+            except SyntaxError:
+                continue
+            args = tree.body[0].args  # type: ignore[attr-defined]
+            params: List[inspect.Parameter] = []
+            positional = args.args
+            defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+            for arg, default in zip(positional, defaults):
+                params.append(inspect.Parameter(
+                    arg.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    default=inspect.Parameter.empty if default is None else ast.literal_eval(default)))
+            for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+                params.append(inspect.Parameter(
+                    arg.arg, inspect.Parameter.KEYWORD_ONLY,
+                    default=inspect.Parameter.empty if default is None else ast.literal_eval(default)))
+            out.append((m.group(1), inspect.Signature(params)))
+    return out
+
+
+def _check_sketches(text: str, page: str) -> int:
+    """Every parameter a sketch names is the code's, of the same kind, in
+    the same order, with the same default; a required parameter of the code
+    is never left out.  Returns how many sketches were checked."""
+    from leasequeue import PyInMemoryTransport
+
+    sketches = _sketches(text)
+    for name, sketch in sketches:
+        method = getattr(PyInMemoryTransport, name, None)
+        assert method is not None, f"{page} sketches t.{name}(), which InMemoryTransport lacks"
+        real = [p for p in inspect.signature(method).parameters.values() if p.name != "self"]
+        names = [p.name for p in real]
+        where = f"{page}: t.{name}{sketch} against the code's {name}{inspect.signature(method)}"
+        order = []
+        for param in sketch.parameters.values():
+            assert param.name in names, where
+            code = real[names.index(param.name)]
+            order.append(names.index(param.name))
+            assert (code.kind == inspect.Parameter.KEYWORD_ONLY) == (param.kind == inspect.Parameter.KEYWORD_ONLY), where
+            assert (code.default is inspect.Parameter.empty) == (param.default is inspect.Parameter.empty), where
+            if isinstance(code.default, (int, float, str, type(None))):
+                assert code.default == param.default, where
+        assert order == sorted(order), where
+        for code in real:
+            if code.default is inspect.Parameter.empty and code.kind not in (code.VAR_POSITIONAL, code.VAR_KEYWORD):
+                assert code.name in sketch.parameters, where
+    return len(sketches)
+
+
+def test_the_contracts_signature_sketches_match_the_code() -> None:
+    """``docs/contract.md`` sketches each call (``t.claim(worker_id,
+    visibility, min_priority=0, *, timeout=0.0)``) in its Python blocks."""
+    checked = _check_sketches((DOCS / "contract.md").read_text(encoding="utf-8"), "docs/contract.md")
+    assert checked >= 15, checked
+
+
+@pytest.mark.parametrize("sketch", [
+    "t.publish(group, event, priority=0)",  # a renamed parameter
+    "t.publish(group_id, event, priority=1)",  # another default
+    "t.publish(group_id)",  # a required parameter left out
+    "t.claim(worker_id, visibility, min_priority=0, timeout=0.0)",  # keyword-only shown as positional
+    "t.no_such_call(lease)",  # a method the code lacks
+])
+def test_a_drifted_sketch_is_caught(sketch: str) -> None:
+    text = f"```python\n{sketch}\n```\n"
+    assert len(_sketches(text)) == 1
+    with pytest.raises(AssertionError):
+        _check_sketches(text, "sketch")
 
 
 # ------------------------------------------------------------------ with Sphinx
