@@ -286,6 +286,17 @@ def test_every_public_name_has_an_entry_with_its_signature() -> None:
             assert "sig-paren" in m.group(1), f"{name}: the entry has no signature {signature}"
 
 
+def test_no_entry_shows_a_docstring_that_is_not_leasequeues() -> None:
+    """A value's entry must not show its type's docstring (``str(object='')
+    -> str``), nor a named tuple field "Alias for field number 3"."""
+    site = _built_site()
+    pages = html.unescape(" ".join(
+        re.sub(r"<[^>]+>", "", p.read_text(encoding="utf-8")) for p in sorted((site / "reference").glob("*.html"))))
+    borrowed = [t.__doc__.strip().splitlines()[0] for t in (str, tuple, int, float, dict, list, bool)]
+    for text in [*borrowed, "Alias for field number"]:
+        assert text not in pages, f"the reference shows {text!r}"
+
+
 def test_the_command_line_reference_has_every_subcommand() -> None:
     site = _built_site()
     from leasequeue.__main__ import build_parser

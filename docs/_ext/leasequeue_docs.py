@@ -21,6 +21,7 @@ Python 3.9-compatible, like the package.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import os
 import re
@@ -98,6 +99,23 @@ def _protocol_signature(app: Sphinx, what: str, name: str, obj: Any, options: An
     if what == "class" and getattr(obj, "_is_protocol", False):
         return "", return_annotation
     return None
+
+
+_FIELD_ALIAS = re.compile(r"^Alias for field number \d+$")
+
+
+def _no_borrowed_docstrings(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: List[str]) -> None:
+    """A value's entry (``__version__``, a serializer tuple) would show its
+    type's docstring (``str(object='') -> str``...), and a named tuple's
+    undocumented field says "Alias for field number 3": neither says
+    anything about leasequeue, so they go (the entry keeps its name, type
+    and the text written under it in the reference page)."""
+    if what in ("data", "attribute") and not isinstance(obj, type):
+        own = type(obj).__doc__
+        if isinstance(own, str) and own and "\n".join(lines).strip() == inspect.cleandoc(own).strip():
+            lines.clear()
+    if what in ("attribute", "property") and len(lines) <= 2 and lines and _FIELD_ALIAS.match(lines[0].strip()):
+        lines.clear()
 
 
 # ------------------------------------------------------------------ the command line
@@ -308,6 +326,7 @@ def setup(app: Sphinx) -> Dict[str, Any]:
     app.connect("env-check-consistency", _check_public_names)
     app.connect("autodoc-process-signature", _protocol_signature)
     app.connect("missing-reference", _public_name_for)
+    app.connect("autodoc-process-docstring", _no_borrowed_docstrings)
     return {"version": "1", "env_version": version, "parallel_read_safe": True, "parallel_write_safe": True}
 
 
