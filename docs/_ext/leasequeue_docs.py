@@ -14,6 +14,11 @@
 * Every public name (``leasequeue.__all__``, ``PostgresTransport``,
   ``leasequeue.testing.__all__``) must have a reference entry: a missing
   one is a warning, and under ``-W`` the build fails.
+* A type hint naming a private module (``leasequeue._types.GroupInfo``)
+  links to the public entry (``leasequeue.GroupInfo``); protocols show no
+  ``(*args, **kwargs)``; a value's entry does not show its type's docstring.
+* ``{toctree-if-exists}``: a toctree listing only the pages that exist (for
+  ``docs/worker.md``, which another branch adds).
 
 Python 3.9-compatible, like the package.
 """
