@@ -233,23 +233,33 @@ def _generate_result_pages(app: Sphinx) -> None:
 # ------------------------------------------------------------------ links
 
 
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute and normalised, symbolic links kept as they are
+    (links are resolved on the tree as the pages see it)."""
+    return Path(os.path.normpath(os.path.abspath(path)))
+
+
 class _Links:
     """Rewrites the Markdown links of a page (or of a file it includes) so
     that links written for GitHub resolve on the site."""
 
     def __init__(self, app: Sphinx) -> None:
-        self.srcdir = Path(app.srcdir).resolve()
+        self.srcdir = _absolute(Path(app.srcdir))
         self.root = self.srcdir.parent
         #: A repository file included whole by a page -> that page's source file.
         self.pages: Dict[Path, Path] = {}
         #: Files only parts of which are included (the README): their anchors
         #: are labels on the pages that include them.
         self.partial: Set[Path] = set()
+        #: Each included file's real path (Sphinx resolves symbolic links) ->
+        #: its path as the pages name it, which its own links are relative to.
+        self.as_named: Dict[Path, Path] = {}
         for page in sorted(self.srcdir.rglob("*.md")):
             if "_build" in page.relative_to(self.srcdir).parts:
                 continue
             for m in _INCLUDE.finditer(page.read_text(encoding="utf-8")):
-                target = (page.parent / m.group(2)).resolve()
+                target = _absolute(page.parent / m.group(2))
+                self.as_named[target.resolve()] = target
                 if ":start-after:" in m.group(3) or ":end-before:" in m.group(3):
                     self.partial.add(target)
                 else:
@@ -302,13 +312,15 @@ def _links(app: Sphinx) -> _Links:
 def _source_read(app: Sphinx, docname: str, source: List[str]) -> None:
     path = Path(app.env.doc2path(docname))
     if path.suffix == ".md":
-        source[0] = _links(app).rewrite(source[0], path.resolve(), included=False)
+        source[0] = _links(app).rewrite(source[0], _absolute(path), included=False)
 
 
 def _include_read(app: Sphinx, relative_path: Path, parent_docname: str, content: List[str]) -> None:
-    path = (Path(app.srcdir) / relative_path).resolve()
+    links = _links(app)
+    path = _absolute(Path(app.srcdir) / relative_path)
+    path = links.as_named.get(path.resolve(), path)
     if path.suffix == ".md":
-        content[0] = _links(app).rewrite(content[0], path, included=True)
+        content[0] = links.rewrite(content[0], path, included=True)
 
 
 def _builder_inited(app: Sphinx) -> None:
