@@ -23,7 +23,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ._errors import LeaseLost, LeaseQueueError
-from ._types import GroupInfo, TransportStats
+from ._types import GroupInfo, Message, TransportStats
 
 __version__ = "0.2.0"
 
@@ -37,6 +37,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseQueueError",
+    "Message",
     "SQLiteTransport",
     "TransportStats",
     "__version__",
