@@ -58,7 +58,14 @@ HOT = {
     "find_group": ("g1",),
     "pause": (1,),
     "count_paused": (1,),
-    "count_purged": (3, 0, 1, 0),
+    "count_purged": (3, 0, 1, 0, 0),
+    "count_resumed": (1, 1),
+    "bury_count": ("g1", 1, 1, "w"),
+    "bury": ("g1", 1, 1, "w", "why"),
+    "find_head": ("g1",),
+    "skip_count": (1,),
+    "skip": (1,),
+    "peek": ("g1", 10),
     "resume": (1,),
     "purge_messages": (1,),
     "forget_group": (1,),
@@ -124,7 +131,8 @@ def test_statement_uses_indexes(conn: Any, name: str) -> None:
     lines = plan(conn, QUERIES[name], HOT[name])
     check(lines, name)
     if name in ("find_claimable", "ack", "group_state", "find_group", "set_priority", "unclaim",
-                "unclaim_count", "park_time", "extend_time"):
+                "unclaim_count", "park_time", "extend_time", "bury_count", "bury", "find_head", "skip_count",
+                "skip", "peek"):
         assert any("SEARCH lq_groups USING" in line or "SEARCH g USING" in line for line in lines), lines
 
 

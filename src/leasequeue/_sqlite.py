@@ -217,6 +217,11 @@ def _initialise(conn: sqlite3.Connection, path: str) -> None:
                 f"{path!r} has leasequeue schema version {version}, newer than this leasequeue "
                 f"supports ({SCHEMA_VERSION}): upgrade leasequeue to open it"
             )
+        elif version < OLDEST_UPGRADABLE:
+            raise LeaseQueueError(
+                f"{path!r} has leasequeue schema version {version}, from a pre-release: it cannot be upgraded "
+                f"(the oldest upgradable version is {OLDEST_UPGRADABLE}); it was left untouched"
+            )
         else:
             row = conn.execute("SELECT magic, version FROM lq_state WHERE id = 1").fetchone()
             if row != ("leasequeue", version):
@@ -236,11 +241,6 @@ def _upgrade(conn: sqlite3.Connection, path: str, version: int) -> None:
     the file stays at ``version``, untouched).  Each step runs the statements
     of ``sql/sqlite/migrations/NNNN_*.sql`` and then records version NNNN in
     ``PRAGMA user_version`` and ``lq_state``."""
-    if version < OLDEST_UPGRADABLE:
-        raise LeaseQueueError(
-            f"{path!r} has leasequeue schema version {version}, from a pre-release: it cannot be upgraded "
-            f"(the oldest upgradable version is {OLDEST_UPGRADABLE}); it was left untouched"
-        )
     steps = dict(load_migrations("sqlite"))
     for target in range(version + 1, SCHEMA_VERSION + 1):
         filename = steps.get(target)
