@@ -234,7 +234,7 @@ cdef object _group_info(const GroupView *view):
     if view.lock != _FREE:
         expires_at = view.expires_at
         attempt = view.attempt
-    info = lq_new_record(GroupInfo, 10)
+    info = lq_new_record(GroupInfo, 11)
     _put(info, 0, <object>view.gid)
     _put(info, 1, view.priority)
     _put(info, 2, view.messages)
@@ -245,6 +245,7 @@ cdef object _group_info(const GroupView *view):
     _put(info, 7, expires_at)
     _put(info, 8, attempt)
     _put(info, 9, view.claimed_at if view.claimed else None)
+    _put(info, 10, None)
     return info
 
 

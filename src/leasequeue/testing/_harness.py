@@ -50,9 +50,9 @@ EXPECTED_ERRORS: Tuple[type, ...] = (LeaseLost, OverflowError, TypeError, ValueE
 #: the event of the lease issued by another transport instance
 FOREIGN_EVENT = ["foreign"]
 
-STATS_FIELDS = ("messages", "groups", "leased", "parked", "paused")
+STATS_FIELDS = ("messages", "groups", "leased", "parked", "paused", "buried")
 GROUP_FIELDS = ("group_id", "priority", "messages", "state", "paused", "head_seq", "worker_id", "expires_at",
-                "attempt", "last_claimed_at")
+                "attempt", "last_claimed_at", "reason")
 LEASE_FIELDS = ("seq", "group_id", "worker_id", "expires_at", "attempt")
 
 
