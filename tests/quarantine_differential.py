@@ -122,3 +122,76 @@ def run(make: Callable[[ManualClock], Any], seed: int, ops: int = 600) -> None:
     finally:
         real.close()
 
+
+
+def stress(t: Any, *, workers: int = 3, groups: int = 6, per_group: int = 15, seed: int = 0) -> None:
+    """Worker threads claim (waiting), ack, and bury now and then; an operator
+    thread skips, resumes and peeks.  Real threads on one transport (a durable
+    one: several connections' worth of interleaving through its lock and the
+    database's).  At the end: nothing is lost (every message was acked once,
+    removed by a counted skip, or is still held), no group was ever leased to
+    two workers at once, and every peek was head first, in seq order."""
+    import threading
+
+    total = groups * per_group
+    t.publish_many([(f"g{i % groups}", i) for i in range(total)])
+    holder: dict = {}
+    guard = threading.Lock()
+    acked: List[Any] = []
+    problems: List[str] = []
+    skipped = [0]
+    buried = [0]
+    done = threading.Event()
+
+    def worker(name: str, rng: random.Random) -> None:
+        while not done.is_set():
+            lease = t.claim(name, 60.0, timeout=0.05)
+            if lease is None:
+                continue
+            with guard:
+                if lease.group_id in holder:
+                    problems.append(f"{lease.group_id} leased to {holder[lease.group_id]} and {name}")
+                holder[lease.group_id] = name
+            bury = rng.random() < 0.2
+            with guard:
+                del holder[lease.group_id]  # before the call: the group may be served once it commits
+                if not bury:
+                    acked.append(lease.event)
+            if bury:
+                t.bury(lease, f"{name} gave up")
+                with guard:
+                    buried[0] += 1
+            else:
+                t.ack(lease)
+
+    def operator(rng: random.Random) -> None:
+        while not done.is_set():
+            group = f"g{rng.randrange(groups)}"
+            action = rng.random()
+            if action < 0.25:
+                if t.skip(group):
+                    with guard:
+                        skipped[0] += 1
+            elif action < 0.8:
+                t.resume(group)
+            else:
+                seqs = [m.seq for m in t.peek(group, 4)]
+                if seqs != sorted(seqs):
+                    problems.append(f"peek {group}: {seqs}")
+            if len(t) == 0:
+                done.set()
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}", random.Random(seed * 10 + i))) for i in range(workers)]
+    threads.append(threading.Thread(target=operator, args=(random.Random(seed),)))
+    for th in threads:
+        th.start()
+    done.wait(120.0)
+    done.set()
+    for th in threads:
+        th.join(30.0)
+    assert not any(th.is_alive() for th in threads), "a thread did not stop"
+    assert not problems, problems[:5]
+    assert len(acked) == len(set(acked)), "a message was acked twice"
+    assert len(acked) + skipped[0] + len(t) == total, (len(acked), skipped[0], len(t), total)
+    assert len(t) == 0, "the operator's resumes and skips did not drain the buried groups"
+    assert skipped[0] > 0 and buried[0] > 0, (skipped, buried)  # the run did quarantine something

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 import pytest
 
 from leasequeue import PostgresTransport
 
-from quarantine_differential import run
+from quarantine_differential import run, stress
 
 SEEDS = int(os.environ.get("LEASEQUEUE_PG_DIFF_SEEDS", "6"))
 
@@ -19,3 +20,8 @@ SEEDS = int(os.environ.get("LEASEQUEUE_PG_DIFF_SEEDS", "6"))
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_quarantine_against_the_reference(conninfo: str, seed: int) -> None:
     run(lambda clock: PostgresTransport(conninfo, queue=f"qd_{uuid.uuid4().hex[:16]}", clock=clock), seed)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_threads_with_an_operator_lose_nothing(make_pg: Any, seed: int) -> None:
+    stress(make_pg(), seed=seed)
