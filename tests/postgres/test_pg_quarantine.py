@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import psycopg
 import pytest
@@ -165,15 +165,46 @@ def test_peek_beyond_the_64_bit_range_and_closed(make_pg: Any) -> None:
             call()
 
 
-def test_peek_and_skip_go_through_indexes(conninfo: str, make_pg: Any, queue_name: str) -> None:
-    """On a queue of many groups and messages, the plans of peek's statement
-    and of skip's head search are index scans, never a scan of a table."""
-    from leasequeue._postgres import _Q
-
-    t = make_pg(queue_name)
-    t.publish_many([(f"g{i % 500}", i) for i in range(5000)])
+def test_bury_skip_peek_use_indexes_at_100k_groups(conninfo: str, make_pg: Any) -> None:
+    """The statements of bury, skip and peek (inside the server-side
+    functions, seen through auto_explain) are index scans, never sequential
+    scans of the groups or messages, with 100k groups queued: O(log G)."""
+    t = make_pg()
+    q = t._queue
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute("ANALYZE leasequeue.messages")
+        conn.execute(
+            "INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key) "
+            "SELECT %s, 'g' || i, i %% 3, i - 4611686018427387904 FROM generate_series(1, 100000) i", (q,))
+        conn.execute(
+            "INSERT INTO leasequeue.messages (queue, group_id, seq, payload) "
+            "SELECT %s, 'g' || (i %% 100000 + 1), i, '\\x80054b012e'::bytea FROM generate_series(1, 200000) i",
+            (q,))
+        conn.execute(f"SELECT setval({t._seq_oid}::regclass, 200000)")
         conn.execute("ANALYZE leasequeue.groups")
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + _Q["peek"], (5, t._queue, "g7")).fetchall())
-    assert "Seq Scan" not in plan, plan
+        conn.execute("ANALYZE leasequeue.messages")
+    lease = t.claim("w", 30)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        plans: List[str] = []
+        conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_level = notice"):
+            conn.execute(f"SET auto_explain.{setting}")
+        from leasequeue._postgres import _Q
+
+        calls = [
+            ("bury", _Q["bury"], (q, lease.group_id, lease.seq, lease.attempt, lease.worker_id, "why"), True),
+            ("peek", _Q["peek"], (5, q, lease.group_id), None),
+            ("skip", _Q["skip"], (q, lease.group_id, None), True),
+            ("skip-unknown", _Q["skip"], (q, "nobody", None), False),
+        ]
+        for name, sql, params, expected in calls:
+            plans.clear()
+            rows = conn.execute(sql, params).fetchall()
+            if expected is not None:
+                assert rows == [(expected,)], (name, rows)
+            text = "\n".join(plans)
+            assert "Index" in text, f"{name}: no index scan in\n{text}"
+            for line in text.splitlines():
+                if "Seq Scan" in line:
+                    assert "groups" not in line and "messages" not in line, f"{name}: sequential scan\n{text}"
+    assert [m.seq for m in t.peek(lease.group_id, 3)] == [lease.seq + 100000 * k for k in (1,)]
