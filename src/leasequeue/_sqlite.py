@@ -994,7 +994,9 @@ class SQLiteTransport:
                     cur.execute(_Q["skip"], (gid,))
                     removed = True
                 if self._queue.waiters:
-                    wakes = self._signal_if_ready(cur, group_id) if removed else self._topup_in(cur)
+                    # The exposed head, and whatever the expiry freed (topup: only
+                    # if no waiting claim already holds a wake-up).
+                    wakes = (self._signal_if_ready(cur, group_id) if removed else []) + self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
