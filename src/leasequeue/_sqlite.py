@@ -9,8 +9,8 @@ How it works:
 * The state is the in-memory twin's state, as rows (``sql/sqlite/schema.sql``):
   ``lq_messages`` (seq = row id, the group, the serialized event) and
   ``lq_groups`` (priority, round-robin key, the lock of the head message:
-  holder, end, attempt count, whether the delivery is open; paused; last
-  claim time).  One row ``lq_state`` holds the shared counters: the last seq,
+  free, leased, parked or buried, holder, end, attempt count, whether the
+  delivery is open; paused; the bury reason; last claim time).  One row ``lq_state`` holds the shared counters: the last seq,
   the claim counter (round-robin keys), the transport's time and the counts
   of messages, groups, leases, parks and pauses, kept by the statements that
   change them (``stats()`` reads this row alone: O(1)).  A publish and an ack
@@ -333,9 +333,11 @@ class SQLiteTransport:
     """The transport contract in a SQLite database file, shared by processes.
 
     ``path``: the database file (created if missing; its directory must
-    exist).  A file that is not a leasequeue database is refused with
-    ``LeaseQueueError`` and left untouched; so is one written by a newer
-    leasequeue (a newer schema version).
+    exist).  A file of an older released schema (leasequeue 0.3) is upgraded
+    in place, in one transaction, with nothing lost.  A file that is not a
+    leasequeue database is refused with ``LeaseQueueError`` and left
+    untouched; so is one written by a newer leasequeue (a newer schema
+    version).
 
     ``clock``: a zero-argument callable returning seconds (default
     ``time.time``).  Every process sharing a file must use the same clock.
