@@ -32,7 +32,7 @@ class TestSQLiteTransport(TransportContract):
     preserves_identity = False
     usable_after_close = False
     accepts_rebuilt_leases = True
-    supports_quarantine = hasattr(SQLiteTransport, "bury")  # Part 4: on as soon as the backend has it
+    supports_quarantine = True  # Part 4: bury, skip, peek
 
     @pytest.fixture(autouse=True)
     def _directory(self, tmp_path: Any) -> None:
