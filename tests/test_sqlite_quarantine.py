@@ -153,7 +153,7 @@ def test_a_bury_is_in_the_file(tmp_path: Any) -> None:
         try:
             assert db.execute("SELECT lock, reason, expires_at FROM lq_groups WHERE group_id = 'g'").fetchone() == (
                 3, "poison", None)
-            assert db.execute("SELECT buried FROM lq_state").fetchone() == (1,)
+            assert db.execute("SELECT buried FROM lq_quarantine").fetchone() == (1,)
         finally:
             db.close()
         assert b.resume("g") is True

@@ -850,8 +850,10 @@ class SQLiteTransport:
                     lifted = bool(paused) or lock == 2 or lock == 3
                     if lifted:
                         cur.execute(_Q["resume"], (gid,))
-                        if paused or lock == 3:
-                            cur.execute(_Q["count_resumed"], (1 if paused else 0, int(lock == 3)))
+                        if paused:
+                            cur.execute(_Q["count_paused"], (-1,))
+                        if lock == 3:
+                            cur.execute(_Q["count_buried"], (-1,))
                         if not messages:
                             cur.execute(_Q["forget_group"], (gid,))  # it held nothing but its pause
                         elif self._queue.waiters:
@@ -878,10 +880,9 @@ class SQLiteTransport:
                     cur.execute(_Q["purge_messages"], (row[0],))
                     cur.execute(_Q["forget_group"], (row[0],))
                     lock = row[2]
-                    cur.execute(
-                        _Q["count_purged"],
-                        (removed, 1 if row[1] else 0, int(lock == 1), int(lock == 2), int(lock == 3)),
-                    )
+                    cur.execute(_Q["count_purged"], (removed, 1 if row[1] else 0, int(lock == 1), int(lock == 2)))
+                    if lock == 3:
+                        cur.execute(_Q["count_buried"], (-1,))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
@@ -964,6 +965,8 @@ class SQLiteTransport:
                     # The counts are kept only if the lease is current (else rolled back).
                     cur.execute(_Q["bury_count"], key)
                     done = cur.execute(_Q["bury"], key + (reason,)).rowcount == 1
+                    if done:
+                        cur.execute(_Q["count_buried"], (1,))
                     cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
@@ -993,6 +996,8 @@ class SQLiteTransport:
                 if row is not None and row[4] is not None and row[2] != 1:
                     gid = row[0]
                     cur.execute(_Q["skip_count"], (gid,))
+                    if row[2] == 3:
+                        cur.execute(_Q["count_buried"], (-1,))
                     cur.execute(_Q["skip"], (gid,))
                     removed = True
                 if self._queue.waiters:
