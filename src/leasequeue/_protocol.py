@@ -20,6 +20,7 @@ for only that part:
 :class:`ControlPlane`       Part 2: pause, resume, purge, set_priority,
                             group, groups
 :class:`BatchTransport`     Part 2: publish_many, claim_many, ack_many
+:class:`Quarantine`         Part 4: bury, skip, peek
 :class:`Transport`          all of them
 ==========================  ================================================
 
@@ -33,13 +34,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable, List, Optional, Protocol, Tuple, TypeVar
 
-from ._types import GroupInfo, TransportStats
+from ._types import GroupInfo, Message, TransportStats
 
 __all__ = [
     "BatchTransport",
     "ControlPlane",
     "CoreTransport",
     "LeaseLike",
+    "Quarantine",
     "Transport",
     "WaitingTransport",
 ]
@@ -164,7 +166,20 @@ class BatchTransport(Protocol[L]):
         """Ack each current lease, in order; returns the ones that were not current."""
 
 
-class Transport(WaitingTransport[L], ControlPlane, BatchTransport[L], Protocol[L]):
+class Quarantine(Protocol[L]):
+    """Part 4: set a poison message aside without breaking its group's order."""
+
+    def bury(self, lease: L, reason: str = "") -> None:
+        """End the delivery and quarantine the group, its head kept, until ``resume`` or ``skip``."""
+
+    def skip(self, group_id: str) -> bool:
+        """Remove the group's head unless a live lease holds it; lifts a bury (not a pause)."""
+
+    def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
+        """The group's oldest ``max_count`` messages, head first, whatever their state."""
+
+
+class Transport(WaitingTransport[L], ControlPlane, BatchTransport[L], Quarantine[L], Protocol[L]):
     """Every operation of the contract: what every leasequeue backend is.
 
     ``InMemoryTransport`` (both twins), ``SQLiteTransport`` and

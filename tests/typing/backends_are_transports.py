@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 import leasequeue
-from leasequeue import BatchTransport, ControlPlane, CoreTransport, Lease, LeaseLike, Transport, WaitingTransport
+from leasequeue import (BatchTransport, ControlPlane, CoreTransport, Lease, LeaseLike, Quarantine, Transport,
+                        WaitingTransport)
 from leasequeue._backends.inmemory import transport_c, transport_py
 
 
@@ -28,7 +29,8 @@ def the_parts(t: Transport[Lease]) -> None:
     waiting: WaitingTransport[Lease] = t
     control: ControlPlane = t
     batches: BatchTransport[Lease] = t
-    del core, waiting, control, batches
+    quarantine: Quarantine[Lease] = t
+    del core, waiting, control, batches, quarantine
 
 
 def a_worker_loop(t: Transport[Any]) -> int:

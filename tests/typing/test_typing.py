@@ -39,7 +39,7 @@ def test_every_backend_is_a_transport(tmp_path: Path) -> None:
 BROKEN = '''
 from __future__ import annotations
 from typing import Any, Iterable, List, Optional, Tuple
-from leasequeue import GroupInfo, Transport, TransportStats
+from leasequeue import GroupInfo, Message, Transport, TransportStats
 from leasequeue._backends.inmemory.transport_py import InMemoryTransport, Lease
 
 
@@ -83,6 +83,9 @@ class Forgetful:
     def claim_many(self, worker_id: str, visibility: float, max_count: int,
                    min_priority: int = 0) -> List[Lease]: raise NotImplementedError
     def ack_many(self, leases: Iterable[Lease]) -> List[Lease]: raise NotImplementedError
+    def bury(self, lease: Lease, reason: str = "") -> None: raise NotImplementedError
+    def skip(self, group_id: str) -> bool: raise NotImplementedError
+    def peek(self, group_id: str, max_count: int = 1) -> List[Message]: raise NotImplementedError
 
 
 ok: Transport = Subclass()
