@@ -15,6 +15,11 @@ Set ``LEASEQUEUE_NO_EXTENSIONS=1`` to force the pure one.
 
 ``SQLiteTransport`` is the same contract in a SQLite file shared by
 processes (durable; events stored serialized); it is imported on first use.
+
+``Worker`` runs a handler for every message of any transport (threads or
+asyncio), with heartbeats, a ``Retry`` policy, quarantine of poison
+messages, graceful shutdown, hooks and optional metrics; it too is imported
+on first use.
 """
 
 from __future__ import annotations
@@ -34,11 +39,15 @@ __all__ = [
     "EventDecodeError",
     "GroupInfo",
     "InMemoryTransport",
+    "Job",
     "Lease",
     "LeaseLost",
     "LeaseQueueError",
+    "Retry",
+    "RetryLater",
     "SQLiteTransport",
     "TransportStats",
+    "Worker",
     "__version__",
 ]
 
@@ -48,6 +57,7 @@ NO_EXTENSIONS: bool = bool(os.environ.get("LEASEQUEUE_NO_EXTENSIONS"))
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
     from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError
     from ._sqlite import SQLiteTransport
+    from ._worker import Job, Retry, RetryLater, Worker
 
 IMPLEMENTATION: str
 if TYPE_CHECKING or NO_EXTENSIONS:
@@ -89,6 +99,12 @@ def __getattr__(name: str) -> object:
         from . import _serializers
 
         value = getattr(_serializers, name)
+        globals()[name] = value
+        return value
+    if name in ("Worker", "Retry", "RetryLater", "Job"):
+        from . import _worker
+
+        value = getattr(_worker, name)
         globals()[name] = value
         return value
     if name == "SQLiteTransport":
