@@ -28,7 +28,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ._errors import LeaseLost, LeaseQueueError
-from ._types import GroupInfo, TransportStats
+from ._types import GroupInfo, Message, TransportStats
 
 __version__ = "0.2.0"
 
@@ -43,6 +43,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseQueueError",
+    "Message",
     "Retry",
     "RetryLater",
     "SQLiteTransport",

@@ -6,22 +6,28 @@ layout): ``sql/<backend>/schema.sql`` holds the schema as plain statements,
 ``-- name: NAME --`` header followed by a one-line description.  SQLite runs
 its schema statement by statement (``load_statements``); PostgreSQL runs its
 schema, with its ``$$``-quoted function bodies, as one script
-(``load_script``).
+(``load_script``).  ``sql/<backend>/migrations/NNNN_name.sql`` are the
+numbered migrations: file ``NNNN`` upgrades schema version ``NNNN - 1`` to
+``NNNN`` (``load_migrations``).
 """
 
 from __future__ import annotations
 
 import re
 from importlib import resources
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
-__all__ = ["load_queries", "load_script", "load_statements"]
+__all__ = ["load_migrations", "load_queries", "load_script", "load_statements"]
 
+_MIGRATION = re.compile(r"^([0-9]{4})_[A-Za-z0-9_]+\.sql$")
 _HEADER = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*--\s*$", re.MULTILINE)
 
 
 def _read(backend: str, filename: str) -> str:
-    return (resources.files("leasequeue") / "sql" / backend / filename).read_text(encoding="utf-8")
+    path = resources.files("leasequeue") / "sql" / backend
+    for part in filename.split("/"):
+        path = path / part
+    return path.read_text(encoding="utf-8")
 
 
 def _strip_comments(sql: str) -> str:
@@ -45,6 +51,29 @@ def load_queries(backend: str, filename: str = "queries.sql") -> Dict[str, str]:
             raise ValueError(f"{backend}/{filename}: query {name!r} is empty")
         queries[name] = statement
     return queries
+
+
+def load_migrations(backend: str) -> List[Tuple[int, str]]:
+    """``[(version, filename), ...]`` of ``sql/<backend>/migrations/``, by
+    version: ``filename`` (``migrations/NNNN_name.sql``, for ``load_script``
+    or ``load_statements``) upgrades version ``version - 1`` to ``version``.
+    Two files of one version, or a file whose name does not follow the
+    pattern, are a packaging error (``ValueError``)."""
+    folder = resources.files("leasequeue") / "sql" / backend / "migrations"
+    found: Dict[int, str] = {}
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            name = entry.name
+            if not name.endswith(".sql"):
+                continue
+            match = _MIGRATION.match(name)
+            if match is None:
+                raise ValueError(f"{backend}/migrations/{name}: not a migration name (NNNN_name.sql)")
+            version = int(match.group(1))
+            if version in found:
+                raise ValueError(f"{backend}/migrations: two migrations to version {version}")
+            found[version] = "migrations/" + name
+    return sorted(found.items())
 
 
 def load_statements(backend: str, filename: str = "schema.sql") -> List[str]:

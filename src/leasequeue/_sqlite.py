@@ -61,9 +61,9 @@ from ._durable import lease_key as _lease_key
 from ._durable import lost as _lost
 from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, serialize
 from ._serializers import check_serializer as _check_serializer
-from ._sqlfiles import load_queries, load_statements
+from ._sqlfiles import load_migrations, load_queries, load_statements
 from ._sqlite_waiting import Waiter, WaitQueue, Watcher, call_all
-from ._types import PARKED, GroupInfo, TransportStats
+from ._types import PARKED, GroupInfo, Message, TransportStats
 from ._validation import (
     INT64_MAX,
     INT64_MIN,
@@ -81,7 +81,12 @@ __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTran
 #: ``PRAGMA application_id`` of a leasequeue database ("LQUE").
 APPLICATION_ID = 0x4C515545
 #: The schema version this code reads and writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 3
+#: A file of an older version (3, leasequeue 0.3, or later) is upgraded on
+#: open by the numbered files of ``sql/sqlite/migrations/``.
+SCHEMA_VERSION = 4
+#: The oldest schema version a file may have and still be upgraded: the first
+#: released one (leasequeue 0.3).  Versions 1 and 2 were never released.
+OLDEST_UPGRADABLE = 3
 #: Page size of a new database file.  Every commit writes each page it changed
 #: whole into the WAL and checksums it, and an operation changes a handful of
 #: small rows on 3-6 pages: 1 KiB pages cut the instructions per publish +
@@ -212,17 +217,39 @@ def _initialise(conn: sqlite3.Connection, path: str) -> None:
                 f"{path!r} has leasequeue schema version {version}, newer than this leasequeue "
                 f"supports ({SCHEMA_VERSION}): upgrade leasequeue to open it"
             )
-        elif version < SCHEMA_VERSION:
-            raise LeaseQueueError(f"{path!r} has leasequeue schema version {version}, which is not supported")
         else:
             row = conn.execute("SELECT magic, version FROM lq_state WHERE id = 1").fetchone()
-            if row != ("leasequeue", SCHEMA_VERSION):
+            if row != ("leasequeue", version):
                 raise LeaseQueueError(f"{path!r}: the leasequeue state row is missing or damaged ({row!r})")
+            if version < SCHEMA_VERSION:
+                _upgrade(conn, path, version)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _upgrade(conn: sqlite3.Connection, path: str, version: int) -> None:
+    """Bring a file of schema ``version`` up to ``SCHEMA_VERSION``, inside the
+    caller's ``BEGIN IMMEDIATE`` transaction (an error rolls every step back:
+    the file stays at ``version``, untouched).  Each step runs the statements
+    of ``sql/sqlite/migrations/NNNN_*.sql`` and then records version NNNN in
+    ``PRAGMA user_version`` and ``lq_state``."""
+    if version < OLDEST_UPGRADABLE:
+        raise LeaseQueueError(
+            f"{path!r} has leasequeue schema version {version}, from a pre-release: it cannot be upgraded "
+            f"(the oldest upgradable version is {OLDEST_UPGRADABLE}); it was left untouched"
+        )
+    steps = dict(load_migrations("sqlite"))
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        filename = steps.get(target)
+        if filename is None:  # a packaging error: the wheel lacks a migration file
+            raise LeaseQueueError(f"leasequeue has no migration to SQLite schema version {target}")
+        for statement in load_statements("sqlite", filename):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {target}")
+        conn.execute("UPDATE lq_state SET version = ? WHERE id = 1", (target,))
 
 
 def _open(path: str, durable: bool, busy_timeout: float) -> sqlite3.Connection:
@@ -263,11 +290,15 @@ def _check_timeout(timeout: Any) -> Optional[float]:
 
 
 def _info(row: Tuple[Any, ...]) -> GroupInfo:
-    group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, claimed_at = row
+    group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, claimed_at, reason = row
     if lock == 1:
         state = "leased"
     elif lock == 2:
         state = "parked"
+    elif lock == 3:
+        # Buried: the buried delivery's worker and attempt, no end.
+        return GroupInfo(group_id, priority, messages, "buried", bool(paused), head_seq, holder, None, attempt,
+                         None if claimed_at is None else float(claimed_at), reason)
     elif paused:
         state = "paused"
     else:
@@ -798,10 +829,11 @@ class SQLiteTransport:
         return row is None or not row[1]
 
     def resume(self, group_id: str) -> bool:
-        """Lift a pause and end a park at once; True if either was lifted.
+        """Lift a pause, end a park at once and lift a bury; True if any was lifted.
 
-        The group is claimable again (a waiting claim is woken); an emptied
-        group is forgotten.
+        The group is claimable again (a waiting claim is woken); a parked or
+        buried message's next delivery is attempt + 1.  An emptied group is
+        forgotten.
         """
         group_id = check_id(group_id, "group_id")
         wakes: Any = ()
@@ -813,11 +845,11 @@ class SQLiteTransport:
                 row = cur.execute(_Q["find_group"], (group_id,)).fetchone()
                 if row is not None:
                     gid, paused, lock, messages = row
-                    lifted = bool(paused) or lock == 2
+                    lifted = bool(paused) or lock == 2 or lock == 3
                     if lifted:
                         cur.execute(_Q["resume"], (gid,))
-                        if paused:
-                            cur.execute(_Q["count_paused"], (-1,))
+                        if paused or lock == 3:
+                            cur.execute(_Q["count_resumed"], (1 if paused else 0, int(lock == 3)))
                         if not messages:
                             cur.execute(_Q["forget_group"], (gid,))  # it held nothing but its pause
                         elif self._queue.waiters:
@@ -844,7 +876,10 @@ class SQLiteTransport:
                     cur.execute(_Q["purge_messages"], (row[0],))
                     cur.execute(_Q["forget_group"], (row[0],))
                     lock = row[2]
-                    cur.execute(_Q["count_purged"], (removed, 1 if row[1] else 0, int(lock == 1), int(lock == 2)))
+                    cur.execute(
+                        _Q["count_purged"],
+                        (removed, 1 if row[1] else 0, int(lock == 1), int(lock == 2), int(lock == 3)),
+                    )
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
@@ -899,6 +934,107 @@ class SQLiteTransport:
         if wakes:
             call_all(wakes)
         return rows
+
+    # ------------------------------------------------------------ Part 4: quarantine
+
+    def bury(self, lease: Any, reason: str = "") -> None:
+        """Quarantine the lease's group: the delivery ends, its message stays
+        at the group's head, and no claim serves the group until
+        ``resume(group_id)`` (the same message again, attempt + 1) or
+        ``skip(group_id)``.  The group's later messages wait behind it, in
+        order.  ``reason`` (a ``str``) is kept with the group (``group()``).
+
+        ``LeaseLost`` if the lease is not current; nothing changes then.
+        """
+        if type(lease) not in _LEASE_TYPES:
+            _check_lease(lease)
+        if type(reason) is not str:
+            if not isinstance(reason, str):
+                raise TypeError(f"reason must be a str, not {type(reason).__name__}")
+            reason = str.__str__(reason)
+        key = _lease_key(lease)
+        with self._lock:
+            cur = self._cursor()
+            done = False
+            if key is not None:
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                    # The counts are kept only if the lease is current (else rolled back).
+                    cur.execute(_Q["bury_count"], key)
+                    done = cur.execute(_Q["bury"], key + (reason,)).rowcount == 1
+                    cur.execute("COMMIT" if done else "ROLLBACK")
+                except BaseException as exc:
+                    self._abort(exc)
+            if not done:
+                raise _lost(lease)
+
+    def skip(self, group_id: str) -> bool:
+        """Remove the group's head message unless a lease that has not expired
+        holds it (ready, parked, paused, buried, or under a lease that ran out,
+        which stops being current), lift a bury (not a pause), and return True.
+
+        The group's next message becomes its head and is claimable unless the
+        group is paused (a waiting claim is woken); an emptied group that is
+        not paused is forgotten.  False, changing nothing, for an unknown
+        group, an empty paused group, or a head under a live lease.
+        """
+        group_id = check_id(group_id, "group_id")
+        now = self._now()
+        wakes: Any = ()
+        removed = False
+        with self._lock:
+            cur = self._cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                self._use_time(cur, now)  # expiry first: a lease that ran out holds nothing
+                row = cur.execute(_Q["find_head"], (group_id,)).fetchone()
+                if row is not None and row[4] is not None and row[2] != 1:
+                    gid = row[0]
+                    cur.execute(_Q["skip_count"], (gid,))
+                    cur.execute(_Q["skip"], (gid,))
+                    removed = True
+                if self._queue.waiters:
+                    wakes = self._signal_if_ready(cur, group_id) if removed else self._topup_in(cur)
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                self._abort(exc)
+        # The removed event was never deserialized: nothing of it to drop here.
+        if wakes:
+            call_all(wakes)
+        return removed
+
+    def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
+        """The group's oldest ``max_count`` messages, head first, whatever their
+        state, as ``Message(seq, event, attempt)`` (``attempt``: deliveries so
+        far; the event an equal copy).  ``[]`` for an unknown group.  Changes
+        nothing; O(log G + max_count).  Events are deserialized after the
+        lock; one that cannot be raises ``EventDecodeError``.
+        """
+        group_id = check_id(group_id, "group_id")
+        max_count = _check_count(max_count)
+        if max_count == 0:
+            if self._cur is None:
+                raise self._unusable()
+            return []
+        with self._lock:
+            cur = self._cursor()
+            try:
+                # One read statement: its own (read) transaction, a consistent snapshot.
+                rows = cur.execute(_Q["peek"], (group_id, min(max_count, INT64_MAX))).fetchall()
+            except BaseException as exc:
+                self._abort(exc)
+        return [Message(seq, self._decoded(data, seq, group_id), attempt) for seq, data, attempt in rows]
+
+    def _decoded(self, data: Any, seq: int, group_id: str) -> Any:
+        """A peeked message's event (after the lock: deserializing is user code)."""
+        try:
+            return self._loads(data)
+        except Exception as exc:
+            raise EventDecodeError(
+                f"the event of message {seq} in group {group_id!r} could not be deserialized "
+                f"({type(exc).__name__}: {exc})",
+                None,
+            ) from exc
 
     # ------------------------------------------------------------ Part 2: batches
 

@@ -259,8 +259,8 @@ UPDATE lq_groups SET lock = 1, expires_at = ?5
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: counts --
--- stats(): messages, groups, leased, parked, paused: the one row lq_state, O(1).
-SELECT messages, groups, leased, parked, paused FROM lq_state WHERE id = 1;
+-- stats(): messages, groups, leased, parked, paused, buried: the one row lq_state, O(1).
+SELECT messages, groups, leased, parked, paused, buried FROM lq_state WHERE id = 1;
 
 -- name: count_messages --
 -- len() (read only).
@@ -292,15 +292,20 @@ UPDATE lq_groups SET paused = 1 WHERE gid = ?1;
 UPDATE lq_state SET paused = paused + ?1 WHERE id = 1;
 
 -- name: resume --
--- Lift a pause and end a park (the parked message is claimable now, attempt unchanged;
--- lq_lock_changed counts the park out).
--- A group that holds nothing is forgotten after it (forget_group).
+-- Lift a pause, end a park and lift a bury (the parked or buried message is claimable
+-- now, attempt unchanged; lq_lock_changed counts the park out, count_resumed the pause
+-- and the bury).  A group that holds nothing is forgotten after it (forget_group).
 UPDATE lq_groups SET
     paused = 0,
     expires_at = CASE WHEN lock = 2 THEN NULL ELSE expires_at END,
-    holder = CASE WHEN lock = 2 THEN NULL ELSE holder END,
-    lock = CASE WHEN lock = 2 THEN 0 ELSE lock END
+    holder = CASE WHEN lock IN (2, 3) THEN NULL ELSE holder END,
+    reason = NULL,
+    lock = CASE WHEN lock IN (2, 3) THEN 0 ELSE lock END
 WHERE gid = ?1;
+
+-- name: count_resumed --
+-- resume lifted ?1 pauses (0 or 1) and ?2 burials (0 or 1): count them out.
+UPDATE lq_state SET paused = paused - ?1, buried = buried - ?2 WHERE id = 1;
 
 -- name: purge_messages --
 -- Remove every message of a group.
@@ -312,9 +317,10 @@ DELETE FROM lq_groups WHERE gid = ?1;
 
 -- name: count_purged --
 -- A group holding ?1 messages (?2: 1 if it was paused, ?3 if its head was leased,
--- ?4 if parked) was purged: count it out.
+-- ?4 if parked, ?5 if buried) was purged: count it out.
 UPDATE lq_state SET
-    messages = messages - ?1, groups = groups - (?1 > 0), paused = paused - ?2, leased = leased - ?3, parked = parked - ?4
+    messages = messages - ?1, groups = groups - (?1 > 0), paused = paused - ?2, leased = leased - ?3,
+    parked = parked - ?4, buried = buried - ?5
 WHERE id = 1;
 
 -- name: set_priority --
@@ -323,12 +329,67 @@ UPDATE lq_groups SET priority = ?2 WHERE group_id = ?1;
 
 -- name: group_info --
 -- What group() reports.
-SELECT group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, last_claimed_at
+SELECT group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, last_claimed_at, reason
 FROM lq_groups WHERE group_id = ?1;
 
 -- name: groups_info --
 -- What groups() reports: every group, in creation order.  gid is the row id,
 -- which SQLite makes larger than every row present, so a re-created group
 -- goes to the end.
-SELECT group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, last_claimed_at
+SELECT group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, last_claimed_at, reason
 FROM lq_groups ORDER BY gid;
+
+-- ---------------------------------------------------------------- quarantine (version 4)
+
+-- name: bury_count --
+-- Before bury (?1-?4 its lease): the lease, if current and held, is counted out and
+-- one burial in (the operation rolls back if bury finds the lease not current).
+UPDATE lq_state SET
+    leased = leased - (
+        SELECT count(*) FROM lq_groups
+        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1),
+    buried = buried + 1
+WHERE id = 1;
+
+-- name: bury --
+-- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker) and bury its
+-- message at its group's head with reason ?5: lock 3, no end, the worker and attempt
+-- kept (group() reports them), so no claim serves the group until resume or skip.
+UPDATE lq_groups SET lock = 3, expires_at = NULL, open = 0, reason = ?5
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+
+-- name: find_head --
+-- skip(): a group's control state and head, by group_id.
+SELECT gid, paused, lock, messages, head_seq FROM lq_groups WHERE group_id = ?1;
+
+-- name: skip_count --
+-- Before skip (?1 the gid): its head's park or burial is counted out (lq_acked,
+-- fired by skip, counts the message, and the group if it is emptied).
+UPDATE lq_state SET
+    parked = parked - (SELECT lock = 2 FROM lq_groups WHERE gid = ?1),
+    buried = buried - (SELECT lock = 3 FROM lq_groups WHERE gid = ?1)
+WHERE id = 1;
+
+-- name: skip --
+-- Remove the head of group ?1 (not under a live lease: the caller checked) and move the
+-- head on, as ack does (lq_acked deletes the old head, counts it out and forgets an
+-- emptied group that is not paused).  Any lock, delivery and bury end with it.  A group
+-- never claimed is ordered by its oldest message: it takes its new head's key (an
+-- emptied one gets its next message's key from publish).
+UPDATE lq_groups SET
+    messages = messages - 1, lock = 0, expires_at = NULL, holder = NULL, attempt = 0, open = 0, reason = NULL,
+    rr_key = CASE WHEN last_claimed_at IS NULL
+             THEN coalesce((SELECT min(seq) FROM lq_messages AS m
+                            WHERE m.gid = lq_groups.gid AND m.seq > lq_groups.head_seq) - 4611686018427387904, rr_key)
+             ELSE rr_key END,
+    head_seq = (SELECT min(seq) FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq > lq_groups.head_seq)
+WHERE gid = ?1;
+
+-- name: peek --
+-- peek() (read only): the oldest ?2 messages of group ?1, head first, with their
+-- deliveries so far (only the head has any).  A range of lq_messages' primary key:
+-- O(log G + ?2).
+SELECT m.seq, m.event, CASE WHEN m.seq = g.head_seq THEN g.attempt ELSE 0 END
+FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid
+WHERE g.group_id = ?1
+ORDER BY m.seq LIMIT ?2;

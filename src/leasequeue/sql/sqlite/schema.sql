@@ -1,10 +1,17 @@
--- The leasequeue schema for SQLite (schema version 3).
+-- The leasequeue schema for SQLite (schema version 4).
 --
 -- Loaded by leasequeue._sqlite: each statement below is run, in order, in the
 -- one transaction that creates a new database file.  The file is marked with
 -- PRAGMA application_id (the magic number) and PRAGMA user_version (the
 -- schema version) in the same transaction, so a file is either a complete
 -- leasequeue database or untouched.
+--
+-- This file is the latest schema, whole: it makes new files.  A file of an
+-- older version is brought up to this one on open by the numbered files of
+-- migrations/ (NNNN_name.sql upgrades version NNNN - 1 to NNNN), all in one
+-- transaction.  A new column goes last, in its table here and in its
+-- migration's ALTER TABLE ... ADD COLUMN alike, so that an upgraded file and
+-- a new one have the same tables (tests/test_sqlite_upgrade.py checks it).
 --
 -- The tables hold exactly the state of the in-memory transport
 -- (src/leasequeue/_inmemory_py.py): messages in publish order, and per group
@@ -31,7 +38,8 @@ CREATE TABLE lq_state (
     groups    INTEGER NOT NULL,  -- groups with messages
     leased    INTEGER NOT NULL,  -- groups whose head is leased (lock = 1)
     parked    INTEGER NOT NULL,  -- groups whose head is parked (lock = 2)
-    paused    INTEGER NOT NULL   -- groups paused
+    paused    INTEGER NOT NULL,  -- groups paused
+    buried    INTEGER NOT NULL DEFAULT 0  -- groups buried (lock = 3); version 4
 );
 
 -- One row per group that holds a message or is paused.  Only a group's head
@@ -45,10 +53,11 @@ CREATE TABLE lq_groups (
     rr_key          INTEGER NOT NULL,
     messages        INTEGER NOT NULL,  -- messages held by the group
     head_seq        INTEGER,           -- its oldest message (NULL: none, paused)
-    lock            INTEGER NOT NULL,  -- 0 free, 1 leased, 2 parked
-    expires_at      REAL,              -- end of the lock; NULL exactly when free
+    lock            INTEGER NOT NULL,  -- 0 free, 1 leased, 2 parked, 3 buried
+    expires_at      REAL,              -- end of the lock; NULL when free or buried
     -- The open delivery's worker (also after its lease ran out, while nobody
-    -- claimed the message since), '__parked__' while parked, else NULL.
+    -- claimed the message since), '__parked__' while parked, the buried
+    -- delivery's worker while buried, else NULL.
     holder          TEXT,
     attempt         INTEGER NOT NULL,  -- deliveries of the head message so far
     open            INTEGER NOT NULL,  -- the latest delivery is not acked/nacked
@@ -62,7 +71,11 @@ CREATE TABLE lq_groups (
     -- Claimable: holds a message, nothing of it leased or parked, not paused.
     -- (head_seq, not messages: a publish into a group that holds messages
     -- changes only messages, so SQLite leaves the ready indexes alone.)
-    ready           INTEGER GENERATED ALWAYS AS (head_seq IS NOT NULL AND lock = 0 AND paused = 0) VIRTUAL
+    ready           INTEGER GENERATED ALWAYS AS (head_seq IS NOT NULL AND lock = 0 AND paused = 0) VIRTUAL,
+    -- Version 4: the bury reason while buried (lock = 3), else NULL.  A buried
+    -- group is not ready (lock != 0) and has no lock end (expires_at NULL), so
+    -- the ready and expiry indexes need no change.
+    reason          TEXT
 );
 
 -- Ready groups in round-robin order: the claim with the common floor (no
@@ -143,5 +156,5 @@ BEGIN
     WHERE id = 1;
 END;
 
-INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
-VALUES (1, 'leasequeue', 3, 0, 0, -9e999, 0, 0, 0, 0, 0);
+INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused, buried)
+VALUES (1, 'leasequeue', 4, 0, 0, -9e999, 0, 0, 0, 0, 0, 0);
