@@ -1,4 +1,7 @@
-"""Command line: ``leasequeue bench`` (also ``python -m leasequeue bench``).
+"""Command line: ``leasequeue bench|worker|queue|info`` (also ``python -m leasequeue``).
+
+``leasequeue worker MODULE:FUNCTION`` runs a worker on a durable queue and
+``leasequeue queue`` operates one (``leasequeue._cli``).
 
 ``leasequeue bench`` runs the side-by-side benchmarks (quick mode by
 default, under a minute) and prints the comparison table and the ratios;
@@ -45,7 +48,8 @@ def _str_list(text: str) -> List[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``leasequeue`` argument parser (subcommands: ``bench``, ``info``)."""
+    """The ``leasequeue`` argument parser (subcommands: ``bench``, ``worker``, ``queue``, ``info``)."""
+    from ._cli import add_parsers
     from .bench import ALL_IMPLS, WORKLOADS
 
     parser = argparse.ArgumentParser(
@@ -58,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sub.add_parser("info", help="print the version and which implementation is active")
+    add_parsers(sub)
 
     b = sub.add_parser(
         "bench",
@@ -231,6 +236,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted\n")
             return 130
+    if args.command == "worker":
+        from ._cli import main_worker
+
+        return main_worker(args)
+    if args.command == "queue":
+        from ._cli import main_queue
+
+        return main_queue(args)
     if args.command == "info":
         print(_version_string())
         return 0
