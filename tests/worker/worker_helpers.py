@@ -54,7 +54,7 @@ class Running:
         self.join(timeout)
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.01) -> Any:
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01) -> Any:
     """Poll ``predicate`` (test-side only) until true; fail after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
