@@ -125,6 +125,8 @@ def add_parsers(sub: Any) -> None:
                    help="lease seconds; the heartbeat extends them every S/3 (default 30)")
     w.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N",
                    help="deliveries before a failing message's group is buried (default 5)")
+    w.add_argument("--backoff", type=_seconds, default=1.0, metavar="S",
+                   help="delay before the first retry; doubled at each failure, capped at 300 s (default 1)")
     w.add_argument("--drain-timeout", type=_seconds, default=30.0, metavar="S",
                    help="seconds running handlers get to finish at shutdown (default 30)")
     w.add_argument("--metrics-port", type=_port, metavar="P",
@@ -197,6 +199,8 @@ def load_handler(target: str) -> Callable[..., Any]:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise CliError(f"cannot import {module_name!r}: {exc}", 2) from exc
+    except Exception as exc:
+        raise CliError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}", 2) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -229,7 +233,7 @@ def run_worker(args: argparse.Namespace) -> int:
     transport = _open(args, create=True)
     try:
         worker = Worker(transport, handler, concurrency=args.concurrency, visibility=args.visibility,
-                        retry=Retry(max_attempts=args.max_attempts), drain_timeout=args.drain_timeout,
+                        retry=Retry(max_attempts=args.max_attempts, backoff=args.backoff), drain_timeout=args.drain_timeout,
                         metrics=metrics, name="cli")
         if args.metrics_port is not None:
             worker.serve_metrics(args.metrics_port)

@@ -117,6 +117,13 @@ def inmemory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend
     b.close()
 
 
+@pytest.fixture
+def sqlite_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    b = Backend("sqlite", request, tmp_path)
+    yield b
+    b.close()
+
+
 @pytest.fixture(params=("sqlite", "postgres"))
 def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     b = Backend(request.param, request, tmp_path)
