@@ -47,6 +47,8 @@ __all__ = ["OUTCOMES", "CrashLoop", "Job", "Retry", "RetryLater", "Worker"]
 #: Every outcome a hook can be registered for (``Worker(hooks={...})``, ``Worker.on``).
 OUTCOMES = ("started", "succeeded", "retried", "buried", "skipped", "lost", "handed_back")
 
+_INDEX = {o: i for i, o in enumerate(OUTCOMES)}
+
 #: A bury reason is kept with the group: bounded.
 _MAX_REASON = 500
 
@@ -208,20 +210,31 @@ class Job:
     ``worker`` is the :class:`Worker`; ``transport`` its transport.
     """
 
-    __slots__ = ("lease", "event", "group_id", "seq", "attempt", "lost", "worker", "_finished", "_task",
-                 "_started")
+    __slots__ = ("lease", "lost", "worker", "_finished", "_task")
 
     def __init__(self, worker: "Worker", lease: Any) -> None:
         self.worker = worker
         self.lease = lease
-        self.event = lease.event
-        self.group_id = lease.group_id
-        self.seq = lease.seq
-        self.attempt = lease.attempt
         self.lost = False
         self._finished = False
         self._task: Optional["asyncio.Task[Any]"] = None
-        self._started = 0.0
+
+    @property
+    def event(self) -> Any:
+        return self.lease.event
+
+    @property
+    def group_id(self) -> str:
+        return self.lease.group_id  # type: ignore[no-any-return]
+
+    @property
+    def seq(self) -> int:
+        return self.lease.seq  # type: ignore[no-any-return]
+
+    @property
+    def attempt(self) -> int:
+        """1 on a message's first delivery, +1 at each later one."""
+        return self.lease.attempt  # type: ignore[no-any-return]
 
     @property
     def transport(self) -> Any:
@@ -281,7 +294,7 @@ class _Metrics:
                                        ["queue"], registry=registry).labels(queue=q)
         self.in_flight = prom.Gauge("leasequeue_worker_jobs_in_flight", "Jobs held by the worker",
                                     ["queue"], registry=registry).labels(queue=q)
-        self.in_flight.set_function(lambda: len(worker._held))
+        self.in_flight.set_function(lambda: len(worker._held) + sum(j is not None for j in worker._current))
         transport = worker.transport
 
         def buried() -> float:
@@ -384,8 +397,10 @@ class Worker:
         self.metrics: Optional[_Metrics] = None
         if metrics is not None and metrics is not False:
             self.metrics = _Metrics(self, metrics)
-        #: Counts of each outcome since the worker was made (also without metrics).
-        self.counts: Dict[str, int] = {o: 0 for o in OUTCOMES}
+        self._count_lock = threading.Lock()
+        self._shared_counts = [0] * len(OUTCOMES)
+        self._slot_counts = [[0] * len(OUTCOMES) for _ in range(self.concurrency)]
+        self._current: List[Optional[Job]] = [None] * self.concurrency  # the thread slots' jobs
 
     # ------------------------------------------------------------ public
 
@@ -402,6 +417,15 @@ class Worker:
         if not callable(hook):
             raise TypeError(f"hook must be callable, not {type(hook).__name__}")
         self._hooks[outcome].append(hook)
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        """How many jobs reached each outcome so far (a snapshot; also without metrics)."""
+        totals = list(self._shared_counts)
+        for counts in self._slot_counts:
+            for i, n in enumerate(counts):
+                totals[i] += n
+        return dict(zip(OUTCOMES, totals))
 
     @property
     def stopping(self) -> bool:
@@ -469,8 +493,12 @@ class Worker:
             raise RuntimeError("a Worker runs once; make a new one")
         self._started_run = True
 
-    def _emit(self, outcome: str, job: Job, error: Optional[BaseException]) -> None:
-        self.counts[outcome] += 1
+    def _emit(self, outcome: str, job: Job, error: Optional[BaseException], slot: int = -1) -> None:
+        if slot >= 0:
+            self._slot_counts[slot][_INDEX[outcome]] += 1  # only that slot's thread writes it
+        else:
+            with self._count_lock:
+                self._shared_counts[_INDEX[outcome]] += 1
         m = self.metrics
         if m is not None:
             m.outcome[outcome].inc()
@@ -520,7 +548,7 @@ class Worker:
         )
         return f"crash loop: {error} (attempt {job.attempt} of {self.retry.max_attempts})", error
 
-    def _apply(self, job: Job, action: int, arg: Any, error: Optional[BaseException]) -> None:
+    def _apply(self, job: Job, action: int, arg: Any, error: Optional[BaseException], slot: int = -1) -> None:
         """Record the outcome with the transport (sync: called from a slot
         thread, the loop, or the I/O pool)."""
         t = self.transport
@@ -528,17 +556,17 @@ class Worker:
         try:
             if action == _ACK:
                 t.ack(lease)
-                self._emit("succeeded", job, None)
+                self._emit("succeeded", job, None, slot)
             elif action == _RETRY:
                 t.nack(lease, arg)
                 self.logger.info("job %r seq %d attempt %d failed (%s): retry in %.3gs", job.group_id, job.seq,
                                  job.attempt, _error_name(error) if error else "", arg)
-                self._emit("retried", job, error)
+                self._emit("retried", job, error, slot)
             elif action == _BURY:
                 t.bury(lease, arg)
                 self.logger.warning("group %r buried at seq %d: %s", job.group_id, job.seq, arg,
                                     exc_info=error if not isinstance(error, CrashLoop) else None)
-                self._emit("buried", job, error)
+                self._emit("buried", job, error, slot)
             elif action == _SKIP:
                 dead_letter = self.retry.dead_letter
                 if dead_letter is not None and error is not None:
@@ -548,23 +576,25 @@ class Worker:
                         reason = self._reason(job, error) + f"; dead_letter raised {_error_name(exc)}"
                         self.logger.exception("dead_letter raised: burying group %r", job.group_id)
                         t.bury(lease, reason[:_MAX_REASON])
-                        self._emit("buried", job, error)
+                        self._emit("buried", job, error, slot)
                         return
                 t.ack(lease)
                 self.logger.warning("job %r seq %d skipped after attempt %d (%s)", job.group_id, job.seq,
                                     job.attempt, _error_name(error) if error else "")
-                self._emit("skipped", job, error)
+                self._emit("skipped", job, error, slot)
             else:  # _HANDBACK
                 t.nack(lease, arg or 0.0)
-                self._emit("handed_back", job, None)
-        except LeaseLost as exc:
-            self._lost(job, exc)
+                self._emit("handed_back", job, None, slot)
         except Exception as exc:
-            # The transport failed (closed, database down): the lease will
-            # expire and the message be delivered again.
+            self._failed(job, exc)
+
+    def _failed(self, job: Job, exc: Exception) -> None:
+        """Recording an outcome raised: the lease was lost, or the transport
+        failed (closed, database down) and the lease will expire."""
+        if not isinstance(exc, LeaseLost):
             self.logger.error("job %r seq %d: recording the outcome failed (%s); its lease will expire",
                               job.group_id, job.seq, _error_name(exc))
-            self._lost(job, exc)
+        self._lost(job, exc)
 
     def _lost(self, job: Job, error: BaseException) -> None:
         if job.lost:
@@ -595,7 +625,7 @@ class Worker:
     def _beat(self) -> None:
         """One heartbeat: extend every held lease (sync)."""
         t, vis = self.transport, self.visibility
-        for job in list(self._held):
+        for job in list(self._held) + [j for j in self._current if j is not None]:
             if job._finished or job.lost:
                 continue
             try:
@@ -646,68 +676,73 @@ class Worker:
 
     # ------------------------------------------------------------ threads
 
-    def _run_job(self, lease: Any) -> None:
-        """Run one delivery on this thread and record its outcome."""
-        job = Job(self, lease)
-        retry = self.retry
-        if job.attempt > retry.max_attempts:
-            reason, error = self._crash_loop(job)
-            job._finished = True
-            self._apply(job, _BURY, reason, error)
-            return
-        held = self._held
-        held.add(job)
+    def _run_job(self, job: Job, error: Any = None, slot: int = -1) -> None:
+        """Run one delivery on this thread and record its outcome (the general
+        path: hooks, metrics, failures, deferrals, crash loops).  ``error``: the
+        first run already raised it (the fast path in ``_slot`` ran it)."""
         metrics = self.metrics
-        try:
-            while True:
-                if self._hooks["started"] or metrics is not None:
-                    self._emit("started", job, None)
-                else:
-                    self.counts["started"] += 1
-                error: Optional[BaseException] = None
+        if error is None:
+            if job.attempt > self.retry.max_attempts:
+                reason, crash = self._crash_loop(job)
+                job._finished = True
+                self._apply(job, _BURY, reason, crash, slot)
+                return
+            run = True
+        else:
+            run = False
+        while True:
+            if run:
+                self._emit("started", job, None, slot)
+                error = None
                 if metrics is not None:
                     started = time.perf_counter()
                 try:
                     self.handler(job)
-                except Exception as exc:
+                except BaseException as exc:
                     error = exc
-                except BaseException as exc:  # SystemExit / KeyboardInterrupt in a handler: stop the worker
-                    error = exc
-                    self.logger.error("handler raised %s: handing the job back and stopping", _error_name(exc))
-                    job._finished = True
-                    if not job.lost:
-                        self._apply(job, _HANDBACK, 0.0, None)
-                    self.stop()
-                    return
                 if metrics is not None:
                     metrics.duration.observe(time.perf_counter() - started)
-                if job.lost:
-                    return
-                action, arg = (_ACK, None) if error is None else self._decide(job, error)
-                if action == _DEFER:
-                    self._emit("retried", job, error)
-                    if self._stop_event.wait(arg):
-                        # Shutting down during the wait: hand it back, parked
-                        # for what is left of the delay.
-                        job._finished = True
-                        if not job.lost:
-                            self._apply(job, _HANDBACK, arg, None)
-                        return
-                    if job.lost:
-                        return
-                    continue
+            run = True
+            if error is not None and not isinstance(error, Exception):
+                # SystemExit / KeyboardInterrupt in a handler: hand the job back, stop the worker.
+                self.logger.error("handler raised %s: handing the job back and stopping", _error_name(error))
                 job._finished = True
                 if not job.lost:
-                    self._apply(job, action, arg, error)
+                    self._apply(job, _HANDBACK, 0.0, None, slot)
+                self.stop()
                 return
-        finally:
+            if job.lost:
+                job._finished = True
+                return
+            action, arg = (_ACK, None) if error is None else self._decide(job, error)
+            if action == _DEFER:
+                self._emit("retried", job, error, slot)
+                due = time.monotonic() + arg
+                if self._stop_event.wait(arg):
+                    # Shutting down during the wait: hand it back, parked for
+                    # what is left of the delay.
+                    job._finished = True
+                    if not job.lost:
+                        self._apply(job, _HANDBACK, max(due - time.monotonic(), 0.0), None, slot)
+                    return
+                if job.lost:
+                    job._finished = True
+                    return
+                continue
             job._finished = True
-            held.discard(job)
+            if not job.lost:
+                self._apply(job, action, arg, error, slot)
+            return
 
     def _slot(self, index: int, inbox: "_queue.SimpleQueue[Any]", state: "_SlotState") -> None:
         t = self.transport
         wid = f"{self.worker_id}/{index}"
         vis, floor = self.visibility, self.min_priority
+        claim, ack, handler = t.claim, t.ack, self.handler
+        current = self._current
+        mine = self._slot_counts[index]
+        max_attempts = self.retry.max_attempts
+        plain = not (self._hooks["started"] or self._hooks["succeeded"] or self.metrics is not None)
         try:
             while True:
                 lease = inbox.get()
@@ -717,11 +752,31 @@ class Worker:
                     self._handback(lease)
                     continue
                 while lease is not None:
-                    self._run_job(lease)
+                    job = Job(self, lease)
+                    current[index] = job
+                    if plain and lease.attempt <= max_attempts:
+                        # The fast path: no hooks, no metrics, the handler returns.
+                        mine[0] += 1  # started
+                        try:
+                            handler(job)
+                        except BaseException as exc:
+                            self._run_job(job, exc, index)
+                        else:
+                            job._finished = True
+                            if not job.lost:
+                                try:
+                                    ack(job.lease)
+                                except Exception as exc:
+                                    self._failed(job, exc)
+                                else:
+                                    mine[1] += 1  # succeeded
+                    else:
+                        self._run_job(job, None, index)
+                    current[index] = None
                     if self._stopping:
                         break
                     try:
-                        lease = t.claim(wid, vis, floor)
+                        lease = claim(wid, vis, floor)
                     except Exception as exc:
                         if not self._stopping and not getattr(t, "closed", False):
                             self.logger.error("claim failed (%s)", _error_name(exc))
@@ -734,6 +789,7 @@ class Worker:
             self.logger.exception("worker slot %d crashed", index)
             raise
         finally:
+            current[index] = None
             state.exited()
 
     def _handback(self, lease: Any) -> None:
