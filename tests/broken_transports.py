@@ -206,3 +206,69 @@ PART1_BUGS = {
     "FloorOffByOne": ["test_priority_floor"],
     "ExpiryAtOrBefore": ["test_expiry_recovery_after_crash", "test_park_blocks_group"],
 }
+
+
+class BuryLetsTheNextMessageThrough(Pure):
+    """``bury`` as SQS FIFO dead-letters: the poison message is set aside
+    (acked, kept on a list) and its group goes on with its next message,
+    which breaks the group's order.  The contract says the group waits."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self.dead_letters: list = []
+
+    def bury(self, lease: Any, reason: str = "") -> None:
+        if not isinstance(reason, str):
+            raise TypeError("reason must be a str")
+        self.ack(lease)  # type-checks and fences the lease like the real one
+        self.dead_letters.append((lease, reason))
+
+
+class SkipRemovesALeasedHead(Pure):
+    """``skip`` that removes the head even while a live lease holds it (by
+    acking the latest lease it issued for that group): the worker still
+    running it has lost its message.  The contract says ``False``."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self._latest: Dict[str, Any] = {}  # group -> the latest lease issued in it
+
+    def _note(self, lease: Any) -> Any:
+        if lease is not None:
+            self._latest[lease.group_id] = lease
+        return lease
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note(super().claim(*args, **kwargs))
+
+    def extend(self, lease: Any, visibility: float) -> Any:
+        return self._note(super().extend(lease, visibility))
+
+    def claim_many(self, *args: Any, **kwargs: Any) -> Any:
+        leases = super().claim_many(*args, **kwargs)
+        for lease in leases:
+            self._note(lease)
+        return leases
+
+    def skip(self, group_id: str) -> bool:
+        if super().skip(group_id):
+            return True
+        latest = self._latest.get(group_id) if isinstance(group_id, str) else None
+        if latest is None:
+            return False
+        try:
+            self.ack(latest)  # the leased head, whoever is still working on it
+        except LeaseLost:
+            return False
+        return True
+
+
+#: The broken transports whose bug is in Part 4's quarantine, and the
+#: contract tests that must fail on each.
+QUARANTINE_BUGS = {
+    "BuryLetsTheNextMessageThrough": ["test_bury_holds_the_group_and_every_other_group_goes_on"],
+    "SkipRemovesALeasedHead": [
+        "test_skip_refuses_a_head_under_a_live_lease[live]",
+        "test_skip_refuses_a_head_under_a_live_lease[at-expires_at]",
+    ],
+}

@@ -36,6 +36,7 @@ class TestPureTransport(TransportContract):
     supports_waiting = _has(PURE, "aclaim")
     supports_control_plane = _has(PURE, "pause")
     supports_batches = _has(PURE, "publish_many")
+    supports_quarantine = _has(PURE, "bury")
 
     def make_transport(self, clock: Callable[[], float]) -> Any:
         assert PURE is not None
@@ -46,6 +47,7 @@ class TestCythonTransport(TransportContract):
     supports_waiting = _has(COMPILED, "aclaim")
     supports_control_plane = _has(COMPILED, "pause")
     supports_batches = _has(COMPILED, "publish_many")
+    supports_quarantine = _has(COMPILED, "bury")
 
     def make_transport(self, clock: Callable[[], float]) -> Any:
         if COMPILED is None:

@@ -422,6 +422,35 @@ class DifferentialMachine(RuleBasedStateMachine):
             leases.append(Forged(self.ref(0)))
         self.apply(call("ack_many", Batch("list", tuple(leases))))
 
+    # -- Part 4, when both transports have it ---------------------------------------------
+
+    @precondition(lambda self: self.has("bury") and self.refs)
+    @rule(i=st.integers(0, 1000), reason=st.sampled_from([OMIT, "", "boom", Name("poison")]),
+          then=st.sampled_from(["nothing", "resume", "skip", "claim"]))
+    def bury(self, i: int, reason: Any, then: str) -> None:
+        """A (maybe stale) lease buried, then the group resumed, skipped or
+        claimed from (a buried group must not be served)."""
+        ref = self.ref(i)
+        self.apply(call("bury", ref) if reason is OMIT else call("bury", ref, reason))
+        result = self.h.results.get(ref.uid)
+        if result is None or then == "nothing":
+            return
+        group = (result[0][ref.k] if ref.k >= 0 else result[0]).group_id
+        if then == "claim":
+            self.apply(call("claim", "w1", 5, INT64_MIN))
+        elif self.has("resume") or then == "skip":
+            self.apply(call(then if then == "skip" else "resume", group))
+
+    @precondition(lambda self: self.has("skip"))
+    @rule(group=st.sampled_from(GROUPS + ["zz"]))
+    def skip(self, group: str) -> None:
+        self.apply(call("skip", group))
+
+    @precondition(lambda self: self.has("peek"))
+    @rule(group=st.sampled_from(GROUPS + ["zz"]), count=st.sampled_from([OMIT, 0, 1, 2, 5, 2**70, -1, True]))
+    def peek(self, group: str, count: Any) -> None:
+        self.apply(call("peek", group) if count is OMIT else call("peek", group, count))
+
     @invariant()
     def same_len(self) -> None:
         assert self.h.apply(("len",)) is not SKIPPED

@@ -244,7 +244,7 @@ def test_part_two_is_driven_only_where_it_exists() -> None:
     summary = check_differential(PartOne, ops=1000, seed=1)
     assert not any(key.split()[0] in ("pause", "claim_many", "groups") for key in summary.tally)
     full = detect_capabilities(ReferenceTransport)
-    assert full.waiting and len(full.methods) == 9
+    assert full.waiting and len(full.methods) == 12
     summary = check_differential(ReferenceTransport, ops=3000, seed=1)
     for method in ("pause", "resume", "group", "publish_many", "claim_many", "ack_many"):
         assert any(key.startswith(method + " ") for key in summary.tally), method
@@ -252,8 +252,22 @@ def test_part_two_is_driven_only_where_it_exists() -> None:
         methods=full.methods - {"publish_many", "claim_many", "ack_many"}, waiting=False)
     with pytest.raises(ValueError, match="no pause"):
         check_differential(PartOne, control_plane=True)
+    with pytest.raises(ValueError, match="no bury"):
+        check_differential(PartOne, quarantine=True)
     with pytest.raises(ValueError, match="timeout"):
         check_differential(PartOne, waiting=True)
+
+
+def test_quarantine_is_driven_only_where_it_exists() -> None:
+    """Part 4's operations are driven against a transport that has them
+    (bad input included), and left out, with the streams of before, when
+    switched off."""
+    summary = check_differential(ReferenceTransport, ops=3000, seed=2)
+    for key in ("bury None", "bury raise", "skip bool", "peek list", "peek raise"):
+        assert summary.tally.get(key, 0) > 0, key
+    without = check_differential(ReferenceTransport, ops=3000, seed=2, quarantine=False)
+    assert "bury" not in without.capabilities.methods
+    assert not any(key.split()[0] in ("bury", "skip", "peek") for key in without.tally)
 
 
 def test_the_kit_imports_without_pytest_or_hypothesis() -> None:

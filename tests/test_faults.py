@@ -144,7 +144,7 @@ def assert_intact(t: Any, clock: Any, held: Dict[int, Any], groups: Optional[int
         seen.append(lease.seq)
         t.ack(lease)
     assert sorted(seen) == sorted(held), "messages lost or delivered twice"
-    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0)
+    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0, 0)
 
 
 def snapshot(t: Any) -> tuple:
@@ -250,7 +250,7 @@ def _drain_order(t: Any, clock: FaultyClock) -> List[tuple]:
         while (lease := run_with_deadline(lambda: t.claim("d", 10.0))) is not None:
             out.append((lease.seq, lease.group_id, lease.attempt, lease.event))
             t.ack(lease)
-    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0)
+    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0, 0)
     return out
 
 
@@ -402,8 +402,8 @@ def test_event_finaliser_claims_and_acks_from_the_same_transport(transport: Any,
 
     run_with_deadline(scenario)
     # h was never claimed, so it comes before g; then one message ("second") is
-    # left, free: stats (messages, groups, leased, parked, paused) and len say so
-    assert log == ["third", (1, 1, 0, 0, 0), 1]
+    # left, free: stats (messages, groups, leased, parked, paused, buried) and len say so
+    assert log == ["third", (1, 1, 0, 0, 0, 0), 1]
     remaining = transport.claim("w", 10)
     assert remaining.event == "second"
     transport.ack(remaining)

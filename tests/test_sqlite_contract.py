@@ -32,6 +32,7 @@ class TestSQLiteTransport(TransportContract):
     preserves_identity = False
     usable_after_close = False
     accepts_rebuilt_leases = True
+    supports_quarantine = True  # Part 4: bury, skip, peek
 
     @pytest.fixture(autouse=True)
     def _directory(self, tmp_path: Any) -> None:

@@ -1,10 +1,10 @@
-"""The counters of ``lq_state`` that ``stats()`` reads (SQLite schema v2) equal
+"""The counters of ``lq_state`` that ``stats()`` reads (SQLite schema v4) equal
 what the rows say after every kind of operation.
 
 ``stats()`` is O(1): it reads the one row ``lq_state``, whose counts of
 leases and parks are kept by the statements that change a lock (claim,
 claim_many, ack, ack_many, nack with and without a delay, extend, expiry,
-pause/resume, purge, the undo of an interrupted claim).  A random mix of
+pause/resume, purge, the undo of an interrupted claim, bury and skip).  A random mix of
 those, with a manual clock that lets leases and parks run out, is checked
 against the rows after each step, through a second connection.
 """
@@ -30,11 +30,12 @@ def rows_say(db: sqlite3.Connection) -> tuple[int, ...]:
         db.execute("SELECT count(*) FROM lq_groups WHERE lock = 1").fetchone()[0],
         db.execute("SELECT count(*) FROM lq_groups WHERE lock = 2").fetchone()[0],
         db.execute("SELECT count(*) FROM lq_groups WHERE paused = 1").fetchone()[0],
+        db.execute("SELECT count(*) FROM lq_groups WHERE lock = 3").fetchone()[0],
     )
 
 
 def state_says(db: sqlite3.Connection) -> tuple[int, ...]:
-    return db.execute("SELECT messages, groups, leased, parked, paused FROM lq_state").fetchone()
+    return db.execute("SELECT s.messages, s.groups, s.leased, s.parked, s.paused, q.buried FROM lq_state AS s, lq_quarantine AS q").fetchone()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -50,7 +51,7 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
             for step in range(400):
                 op = rng.choice(
                     ["publish", "publish", "publish_many", "claim", "claim", "claim_many", "ack", "ack_many",
-                     "nack", "park", "extend", "pause", "resume", "purge", "tick", "stats"]
+                     "nack", "park", "extend", "pause", "resume", "purge", "tick", "stats", "bury", "skip"]
                 )
                 group = rng.choice(GROUPS)
                 try:
@@ -73,6 +74,8 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
                         t.resume(group)
                     elif op == "purge":
                         t.purge(group)
+                    elif op == "skip":
+                        t.skip(group)
                     elif op == "tick":
                         clock.advance(rng.choice([0.5, 2.0, 6.0]))
                     elif op == "stats":
@@ -85,6 +88,8 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
                             t.nack(lease)
                         elif op == "park":
                             t.nack(lease, rng.choice([1.0, 4.0]))
+                        elif op == "bury":
+                            t.bury(lease, f"step {step}")
                         else:
                             leases.append(t.extend(lease, rng.choice([1.0, 5.0])))
                 except LeaseLost:
@@ -93,7 +98,7 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
                 assert state_says(db) == rows_say(db), done[-20:]
         finally:
             db.close()
-    assert {"claim", "ack", "nack", "park", "extend", "resume", "purge", "tick"} <= set(done)
+    assert {"claim", "ack", "nack", "park", "extend", "resume", "purge", "tick", "bury", "skip"} <= set(done)
 
 
 def test_expiry_counts_out_leases_and_parks(tmp_path: Any) -> None:
@@ -118,4 +123,4 @@ def test_expiry_counts_out_leases_and_parks(tmp_path: Any) -> None:
         assert tuple(t.stats())[2:4] == (1, 0)
         t.pause("a")
         assert t.purge("a") == 1
-        assert tuple(t.stats()) == (2, 2, 0, 0, 0)
+        assert tuple(t.stats()) == (2, 2, 0, 0, 0, 0)

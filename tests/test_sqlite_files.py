@@ -117,8 +117,9 @@ def test_a_newer_schema_version_is_refused(tmp_path: Any) -> None:
 
 
 def test_an_older_schema_version_is_refused(tmp_path: Any) -> None:
-    """Schema version 3 changed the publish view; a version 2 file is refused
-    (no migration before the first release) and left untouched."""
+    """Schema version 3 changed the publish view; a version 2 file (a
+    pre-release: no migration from it) is refused and left untouched.
+    Version 3 (0.3) files are upgraded: tests/test_sqlite_upgrade.py."""
     path = tmp_path / "q.db"
     fill(path)
     conn = sqlite3.connect(path)
@@ -126,7 +127,7 @@ def test_an_older_schema_version_is_refused(tmp_path: Any) -> None:
     conn.commit()
     conn.close()
     before = snapshot(path)
-    with pytest.raises(LeaseQueueError, match="schema version 2, which is not supported"):
+    with pytest.raises(LeaseQueueError, match="schema version 2, from a pre-release: it cannot be upgraded"):
         SQLiteTransport(path)
     assert snapshot(path) == before
 

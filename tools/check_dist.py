@@ -9,7 +9,8 @@ never written to.  Steps:
 
 1. ``python -m build`` (strict: ``LEASEQUEUE_REQUIRE_EXTENSIONS=1``) makes an
    sdist and, from that sdist, a wheel; ``twine check --strict`` passes.
-2. The wheel holds a compiled module for every ``.pyx``, ``py.typed``, the pure
+2. The wheel holds a compiled module for every ``.pyx``, every ``.sql`` file
+   (the migrations included), ``py.typed``, the pure
    twin, and the metadata we mean (version, licence, Requires-Python, extras).
 3. The sdist holds every source, test and document file of the snapshot
    (the ``.pyx`` included) and no generated C or compiled file.
@@ -219,6 +220,12 @@ class Checker:
         if compiled != pyx:
             problems.append(f"compiled modules {compiled} != .pyx sources {pyx}")
         for needed in ("leasequeue/py.typed", "leasequeue/__init__.py", "leasequeue/_inmemory_py.py"):
+            if needed not in names:
+                problems.append(f"missing {needed}")
+        # The SQL the durable backends load by name, the migrations included:
+        # a migration missing from the wheel would leave old stores unopenable.
+        for sql in sorted((self.tree / "src").rglob("*.sql")):
+            needed = sql.relative_to(self.tree / "src").as_posix()
             if needed not in names:
                 problems.append(f"missing {needed}")
         if any(n.endswith(".c") for n in names):

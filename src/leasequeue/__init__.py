@@ -7,7 +7,11 @@ visibility timeout, then :meth:`~InMemoryTransport.ack` or
 flight, groups are served round-robin, a priority floor lets workers serve
 only important groups, and an expired lease frees its message again.  An
 operator can pause, resume, purge, re-prioritise and inspect groups
-(:class:`GroupInfo`), and the batch calls move many messages per call.
+(:class:`GroupInfo`), and the batch calls move many messages per call.  A
+poison message is set aside without breaking its group's order: ``bury``
+quarantines its group (the message stays at the head, every other group goes
+on), ``peek`` shows the held messages (:class:`Message`), and ``resume`` or
+``skip`` lets the group go on.
 
 ``InMemoryTransport`` is the compiled (Cython) implementation when it was
 built and imports, else the pure-Python twin; ``IMPLEMENTATION`` says which.

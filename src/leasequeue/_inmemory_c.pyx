@@ -9,7 +9,9 @@ own (included below, in the order of the pure module's sections):
 
 * groups (``_inmemory_storage.pxi``): an array of 64-byte ``Group`` structs
   (the fields a claim touches together); freed slots are chained in a free
-  list.  A group id finds its slot through an open-addressing table of
+  list.  A buried group (``bury``) is one with a reason in the array of
+  reasons by slot: like a paused group, it is just not in the ready heaps,
+  so publish, claim and ack never look at it.  A group id finds its slot through an open-addressing table of
   (slot, 32 bits of the id's hash) pairs, 8 bytes an entry
   (``_inmemory_ids.pxi``); the group keeps a borrowed pointer to its id,
   whose reference a list by slot owns.  Only a group's head message can be
@@ -79,6 +81,7 @@ import time
 
 from ._errors import LeaseLost
 from ._types import PARKED, GroupInfo, TransportStats
+from ._types import Message as _PeekedMessage  # `Message` is the C record of a message here
 from ._waiting import aclaim_wait as _aclaim_wait
 from ._waiting import claim_wait as _claim_wait
 from ._waiting import poke_timer as _poke_timer
@@ -220,9 +223,14 @@ cdef inline void _put(object record, Py_ssize_t i, object item):
 
 cdef object _group_info(const GroupView *view):
     """The ``GroupInfo`` of a view (its references stay the caller's)."""
-    cdef object state, worker, expires_at = None, attempt = None
+    cdef object state, worker, expires_at = None, attempt = None, reason = None
     cdef object info
-    if view.lock == _LEASED:
+    if view.reason != NULL:  # buried: the buried delivery's worker and attempt, no end
+        state = "buried"
+        worker = <object>view.holder
+        attempt = view.attempt
+        reason = <object>view.reason
+    elif view.lock == _LEASED:
         state = "leased"
         worker = <object>view.holder
     elif view.lock == _PARKED:
@@ -234,7 +242,7 @@ cdef object _group_info(const GroupView *view):
     if view.lock != _FREE:
         expires_at = view.expires_at
         attempt = view.attempt
-    info = lq_new_record(GroupInfo, 10)
+    info = lq_new_record(GroupInfo, 11)
     _put(info, 0, <object>view.gid)
     _put(info, 1, view.priority)
     _put(info, 2, view.messages)
@@ -245,6 +253,7 @@ cdef object _group_info(const GroupView *view):
     _put(info, 7, expires_at)
     _put(info, 8, attempt)
     _put(info, 9, view.claimed_at if view.claimed else None)
+    _put(info, 10, reason)
     return info
 
 
@@ -308,6 +317,7 @@ cdef class InMemoryTransport:
     cdef int64_t _parked            # groups whose lock is _PARKED
     cdef int64_t _paused            # groups paused
     cdef int64_t _idle              # groups holding no message (each one paused)
+    cdef int64_t _buried            # groups buried
 
     # waiting claims (_inmemory_waiters.pxi)
     cdef WaiterQueues _wq           # the queued records; _wq.count: anyone waiting?
@@ -624,7 +634,7 @@ cdef class InMemoryTransport:
         Expired leases and parks (``expires_at < now``) count as neither.
         """
         cdef double now = self._now()
-        cdef int64_t messages, groups, leased, parked, paused
+        cdef int64_t messages, groups, leased, parked, paused, buried
         lq_lock(&self._lock)
         try:
             if now < self._time:
@@ -638,11 +648,12 @@ cdef class InMemoryTransport:
             leased = self._leased
             parked = self._parked
             paused = self._paused
+            buried = self._buried
         finally:
             lq_unlock(&self._lock)
         if self._wq.count:
             self._serve_waiters(now, 1)
-        return TransportStats(messages, groups, leased, parked, paused)
+        return TransportStats(messages, groups, leased, parked, paused, buried)
 
     # -------------------------------------------------------- control plane
 
@@ -685,9 +696,10 @@ cdef class InMemoryTransport:
         return changed
 
     def resume(self, group_id: str) -> bool:
-        """Lift a pause and end a park; ``True`` if either was there.
+        """Lift a pause and a bury, and end a park; ``True`` if any was there.
 
-        A parked message is claimable at once, its attempt count unchanged.
+        A parked or buried message is claimable at once, its attempt count
+        unchanged (its next delivery is ``attempt + 1``).
         ``resume`` reads no clock: a park whose time ran out is still a park
         until an operation that reads the clock has seen it expire.  The
         group keeps its round-robin position; a group left without messages
@@ -705,11 +717,13 @@ cdef class InMemoryTransport:
             slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
             if slot >= 0:
                 g = &self._groups.at[slot]
-                if g.paused or g.lock == _PARKED:
+                if g.paused or g.lock == _PARKED or self._groups.reason[slot] != NULL:
                     lifted = 1
                     if g.paused:
                         g.paused = 0
                         self._paused -= 1
+                    if self._groups.reason[slot] != NULL:
+                        self._unbury(slot)
                     if g.lock == _PARKED:
                         self._unlock(slot)  # the park ends; the attempt count stays
                     if g.count == 0:
@@ -790,7 +804,7 @@ cdef class InMemoryTransport:
         Reads the clock and applies expiry first, as ``stats`` does, so the
         state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
         message's lease or park has not expired (paused or not), else
-        ``"paused"`` or ``"ready"``.
+        ``"buried"`` (``reason`` says why), ``"paused"`` or ``"ready"``.
         """
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef Py_hash_t h = hash(gid)
@@ -817,6 +831,7 @@ cdef class InMemoryTransport:
             finally:
                 Py_XDECREF(view.gid)
                 Py_XDECREF(view.holder)
+                Py_XDECREF(view.reason)
         if self._wq.count:  # expiry may have freed groups
             self._serve_waiters(now, 1)
         return info
@@ -860,9 +875,167 @@ cdef class InMemoryTransport:
             for s in range(k):
                 Py_XDECREF(views[s].gid)
                 Py_XDECREF(views[s].holder)
+                Py_XDECREF(views[s].reason)
             PyMem_Free(views)
         if self._wq.count:  # expiry may have freed groups
             self._serve_waiters(now, 1)
+        return out
+
+    # ------------------------------------------------------------ quarantine
+
+    def bury(self, lease: Lease, reason: str = "") -> None:
+        """Set a poison message aside without breaking its group's order.
+
+        The lease's delivery ends (the lease stops being current), the
+        message stays at the head of its group, and the group is *buried*:
+        no claim serves it, whatever the floor, until ``resume`` (the same
+        message again, its next delivery ``attempt + 1``) or ``skip`` (the
+        message removed).  Its later messages wait behind it, in order;
+        every other group goes on.  ``reason`` (a ``str``) is kept with the
+        group (``group().reason``).  Reads no clock.  Raises ``LeaseLost``
+        if the lease is not current; an expired lease whose message nobody
+        has claimed since is accepted.
+        """
+        cdef int32_t slot
+        cdef Group *g
+        cdef str why
+        _check_lease(lease)
+        why = <str>reason if type(reason) is str else _check_reason(reason)
+        lq_lock(&self._lock)
+        try:
+            slot = self._current(<Lease>lease)
+            if slot >= 0:
+                g = &self._groups.at[slot]
+                if g.lock != _FREE:
+                    self._unlock(slot)
+                if ready_contains(&self._ready, slot):  # its lease ran out: expiry made it ready
+                    self._unready(slot)
+                g.open = 0
+                Py_INCREF(why)
+                self._groups.reason[slot] = <PyObject *>why  # NULL before: a current delivery is not buried
+                self._buried += 1
+        finally:
+            lq_unlock(&self._lock)
+        if slot < 0:
+            raise LeaseLost(_lost_message(<Lease>lease))
+
+    def skip(self, group_id: str) -> bool:
+        """Remove group ``group_id``'s head message; ``True`` if it did.
+
+        The head goes whatever its state -- ready, parked (the park ends),
+        paused, buried, or under a lease that ran out (which stops being
+        current) -- unless a lease that has not expired holds it.  A bury is
+        lifted (a pause is not); the next message, if any, becomes the head
+        and is claimable unless the group is paused.  A group left without
+        messages is forgotten unless paused.  ``False``, and nothing
+        changed, for an unknown group, an empty paused group, or a head
+        under a live lease.  Reads the clock and applies expiry first, as
+        ``group`` does.  The removed event is released after the lock.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef Py_hash_t h = hash(gid)
+        cdef double now = self._read_clock()
+        cdef int32_t slot
+        cdef bint skipped = 0
+        cdef Group *g
+        cdef object spent = None      # dropped after the lock is released
+        cdef object spent_id = None
+        lq_lock(&self._lock)
+        try:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
+            if expiry_due(&self._expiry, now):
+                self._expire(now)
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            # after expiry a lock still set is live: a lease holds the head
+            if slot >= 0 and self._groups.at[slot].count and self._groups.at[slot].lock != _LEASED:
+                skipped = 1
+                g = &self._groups.at[slot]
+                if g.lock != _FREE:
+                    self._unlock(slot)  # a park ends with its message
+                g.open = 0
+                g.attempt = 0
+                if self._groups.reason[slot] != NULL:
+                    self._unbury(slot)
+                spent = group_shift(&self._messages, self._events, g)
+                if g.count == 0:
+                    if g.paused:
+                        self._idle += 1  # a paused group is kept, empty
+                    else:
+                        spent_id = self._forget(slot)
+                else:
+                    if g.key < 0:  # never claimed: placed by its oldest message, now the next one
+                        if ready_contains(&self._ready, slot):
+                            self._unready(slot)
+                        g.key = self._messages.at[g.head].seq - _NEVER_CLAIMED
+                    if not ready_contains(&self._ready, slot) and not g.paused:
+                        self._make_ready(slot)
+                if messages_sparse(&self._messages):
+                    self._compact_messages()
+        finally:
+            lq_unlock(&self._lock)
+        spent = None  # the event's __del__ may run here, outside the lock
+        if self._wq.count:  # the next message, and whatever expiry freed
+            self._serve_waiters(now, 1)
+        return skipped
+
+    def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
+        """The oldest ``max_count`` messages of group ``group_id``, head first.
+
+        Whatever their state (ready, leased, parked, paused, buried), as
+        ``Message(seq, event, attempt)`` with the event by reference and
+        ``attempt`` the deliveries so far; ``[]`` for an unknown group.
+        ``max_count`` is an ``int >= 0``.  Reads no clock and changes
+        nothing: O(1 + max_count).
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef int64_t k = max_count if type(max_count) is int and 0 <= max_count <= 1 else _check_count(max_count)
+        cdef Py_hash_t h = hash(gid)
+        cdef int32_t slot, m, n = 0, i
+        cdef int64_t attempt = 0
+        cdef int64_t *seqs = NULL
+        cdef PyObject **events = NULL  # owned references, taken under the lock
+        cdef bint nomem = 0
+        cdef list out
+        cdef object message
+        lq_lock(&self._lock)
+        try:
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            if slot >= 0 and k > 0:
+                n = self._groups.at[slot].count
+                if n > k:
+                    n = <int32_t>k
+            if n:
+                seqs = <int64_t *>PyMem_Malloc(<size_t>n * (sizeof(int64_t) + sizeof(PyObject *)))
+                nomem = seqs == NULL
+                if nomem:
+                    n = 0
+                else:
+                    events = <PyObject **>(seqs + n)
+                    attempt = self._groups.at[slot].attempt
+                    m = self._groups.at[slot].head
+                    for i in range(n):
+                        seqs[i] = self._messages.at[m].seq
+                        events[i] = lq_list_ref(self._events, m)
+                        m = self._messages.at[m].next
+        finally:
+            lq_unlock(&self._lock)
+        if nomem:
+            raise MemoryError()
+        try:
+            out = []
+            for i in range(n):
+                message = lq_new_record(_PeekedMessage, 3)
+                _put(message, 0, seqs[i])
+                _put(message, 1, <object>events[i])
+                _put(message, 2, attempt if i == 0 else 0)  # only the head has been delivered
+                out.append(message)
+        finally:
+            for i in range(n):
+                Py_XDECREF(events[i])
+            PyMem_Free(seqs)
         return out
 
     # -------------------------------------------------------------- batches
@@ -1093,14 +1266,16 @@ cdef class InMemoryTransport:
         self.close()
 
     def __repr__(self) -> str:
-        cdef int64_t messages, groups
+        cdef int64_t messages, groups, buried_count
         lq_lock(&self._lock)
         messages = self._messages.used
         groups = self._groups.used
+        buried_count = self._buried
         lq_unlock(&self._lock)
+        buried = f" buried={buried_count}" if buried_count else ""
         return (
             f"<{type(self).__module__}.{type(self).__qualname__} "
-            f"messages={messages} groups={groups}>"
+            f"messages={messages} groups={groups}{buried}>"
         )
 
     # ------------------------------------------------------------ internals
@@ -1424,6 +1599,13 @@ cdef class InMemoryTransport:
         """Renumber live messages into smaller arrays (``messages_compact``)."""
         messages_compact(&self._messages, self._events, &self._groups)
 
+    cdef inline void _unbury(self, int32_t slot) noexcept:
+        """Lift group ``slot``'s bury (it is buried): its reason, an exact
+        str, is released (no user code)."""
+        Py_XDECREF(self._groups.reason[slot])
+        self._groups.reason[slot] = NULL
+        self._buried -= 1
+
     cdef object _purge(self, int32_t slot, PyObject **spent):
         """Drop group ``slot`` and its messages, their events moved to
         ``spent`` (room for ``count``): the caller releases them after the
@@ -1433,6 +1615,8 @@ cdef class InMemoryTransport:
             self._unlock(slot)
         g.open = 0
         g.attempt = 0
+        if self._groups.reason[slot] != NULL:
+            self._unbury(slot)
         if g.paused:
             g.paused = 0
             self._paused -= 1

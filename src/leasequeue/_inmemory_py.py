@@ -30,6 +30,12 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   messages (``_idle`` counts the empty ones); ``groups()`` lists the group
   table, whose order is creation order.  The batches are the single
   operations in a loop under one lock.
+* The quarantine too: a buried group (``bury``) is, like a paused one, just
+  not in the ready set; its head keeps its attempt count and the group its
+  key, and ``group.reason`` (None unless buried) says why.  So publish,
+  claim and ack never look at it.  ``skip`` removes a head as ``ack``
+  does, whatever its lock, unless a live lease holds it; ``peek`` slices
+  the group's FIFO: O(1 + k).
 
 The sections below come in the order of the Cython twin's files, under the
 same names, so the two can be read side by side: Lease
@@ -60,7 +66,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import _waiting
 from ._errors import LeaseLost
-from ._types import PARKED, GroupInfo, TransportStats
+from ._types import PARKED, GroupInfo, Message, TransportStats
 from ._validation import (
     INT64_MAX as _INT64_MAX,
     INT64_MIN as _INT64_MIN,
@@ -69,6 +75,7 @@ from ._validation import (
     check_id as _check_id,
     check_item as _check_item,
     check_priority as _check_priority,
+    check_reason as _check_reason,
     check_time as _check_time,
     check_timeout as _check_timeout,
     check_worker as _check_worker,
@@ -381,6 +388,8 @@ class _Group:
         "expires_at",
         "tick",  # id of this group's live expiry-heap entry, 0 if none
         "paused",  # by ``pause()``: never made ready while set
+        "reason",  # by ``bury()``: its reason while buried (never made ready), else None
+        "buried_by",  # the buried delivery's worker (read only while ``reason`` is set)
     )
 
     def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
@@ -398,6 +407,7 @@ class _Group:
         self.expires_at = 0.0
         self.tick = 0
         self.paused = False
+        self.reason: Optional[str] = None
 
 
 def _paused_group(group_id: str, level: "_Level") -> _Group:
@@ -415,11 +425,16 @@ def _view(group: _Group) -> Tuple[Any, ...]:
     lock = group.lock
     messages = group.messages
     head = group.head
-    if lock == _FREE:
+    reason = group.reason
+    expires_at: Optional[float] = None
+    if reason is not None:  # buried: the buried delivery's worker and attempt, no end
+        state = "buried"
+        holder: Optional[str] = group.buried_by
+        attempt: Optional[int] = group.attempt
+    elif lock == _FREE:
         state = "paused" if group.paused else "ready"
-        holder: Optional[str] = None
-        expires_at: Optional[float] = None
-        attempt: Optional[int] = None
+        holder = None
+        attempt = None
     else:
         state = "leased" if lock == _LEASED else "parked"
         holder, expires_at, attempt = group.worker_id, group.expires_at, group.attempt
@@ -434,6 +449,7 @@ def _view(group: _Group) -> Tuple[Any, ...]:
         expires_at,
         attempt,
         group.last_claimed_at if group.key > 0 else None,
+        reason,
     )
 
 
@@ -620,6 +636,7 @@ class InMemoryTransport:
         self._wakeups = [0, 0]  # wakes promised: hand-offs, close (for tests)
         self._paused = 0  # groups paused
         self._idle = 0  # groups holding no message (each one paused)
+        self._buried = 0  # groups buried
 
     # -------------------------------------------------------------- public
 
@@ -886,7 +903,8 @@ class InMemoryTransport:
                 expiry = self._expiry
                 if expiry and expiry[0][0] < now:
                     self._expire(now)
-                counts = (self._messages, len(self._groups) - self._idle, self._leased, self._parked, self._paused)
+                counts = (self._messages, len(self._groups) - self._idle, self._leased, self._parked, self._paused,
+                          self._buried)
             finally:
                 self._settle()
         if self._nwaiting:
@@ -928,9 +946,10 @@ class InMemoryTransport:
         return changed
 
     def resume(self, group_id: str) -> bool:
-        """Lift a pause and end a park; ``True`` if either was there.
+        """Lift a pause and a bury, and end a park; ``True`` if any was there.
 
-        A parked message is claimable at once, its attempt count unchanged.
+        A parked or buried message is claimable at once, its attempt count
+        unchanged (its next delivery is ``attempt + 1``).
         ``resume`` reads no clock: a park whose time ran out is still a park
         until an operation that reads the clock has seen it expire.  The
         group keeps its round-robin position; a group left without messages
@@ -948,7 +967,8 @@ class InMemoryTransport:
                 lifted = ready = False
                 if group is not None:
                     parked = group.lock == _PARKED
-                    lifted = group.paused or parked
+                    buried = group.reason is not None
+                    lifted = group.paused or parked or buried
                     if lifted:
                         if group.head == len(group.messages):  # empty, hence paused
                             group.paused = False
@@ -961,6 +981,9 @@ class InMemoryTransport:
                             if group.paused:
                                 group.paused = False
                                 self._paused -= 1
+                            if buried:
+                                group.reason = None
+                                self._buried -= 1
                             if parked:
                                 self._unlock(group)  # the park ends; the attempt count stays
                             ready = group.ready_key is not None
@@ -1030,7 +1053,7 @@ class InMemoryTransport:
         Reads the clock and applies expiry first, as ``stats`` does, so the
         state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
         message's lease or park has not expired (paused or not), else
-        ``"paused"`` or ``"ready"``.
+        ``"buried"`` (``reason`` says why), ``"paused"`` or ``"ready"``.
         """
         if type(group_id) is not str:
             group_id = _check_id(group_id, "group_id")
@@ -1080,6 +1103,119 @@ class InMemoryTransport:
         if self._nwaiting:  # expiry may have freed groups
             self._serve_waiters(now)
         return [GroupInfo(*view) for view in views]
+
+    # ------------------------------------------------------------ quarantine
+
+    def bury(self, lease: Lease, reason: str = "") -> None:
+        """Set a poison message aside without breaking its group's order.
+
+        The lease's delivery ends (the lease stops being current), the
+        message stays at the head of its group, and the group is *buried*:
+        no claim serves it, whatever the floor, until ``resume`` (the same
+        message again, its next delivery ``attempt + 1``) or ``skip`` (the
+        message removed).  Its later messages wait behind it, in order;
+        every other group goes on.  ``reason`` (a ``str``) is kept with the
+        group (``group().reason``).  Reads no clock.  Raises ``LeaseLost``
+        if the lease is not current; an expired lease whose message nobody
+        has claimed since is accepted.
+        """
+        if type(lease) is not Lease:
+            _check_lease(lease)
+        if type(reason) is not str:
+            reason = _check_reason(reason)
+        with self._lock:
+            if self._busy:
+                raise _reentered("bury")
+            self._busy = True
+            try:
+                group = self._current(lease)
+                if group is not None:
+                    if group.ready_key is not None:  # its lease ran out: expiry made it ready
+                        self._unready(group)
+                    if group.lock != _FREE or group.tick:
+                        self._unlock(group)
+                    group.open = False
+                    group.buried_by = lease.worker_id
+                    group.reason = reason
+                    self._buried += 1
+            finally:
+                self._settle()
+        if group is None:
+            raise LeaseLost(_lost_message(lease))
+
+    def skip(self, group_id: str) -> bool:
+        """Remove group ``group_id``'s head message; ``True`` if it did.
+
+        The head goes whatever its state -- ready, parked (the park ends),
+        paused, buried, or under a lease that ran out (which stops being
+        current) -- unless a lease that has not expired holds it.  A bury is
+        lifted (a pause is not); the next message, if any, becomes the head
+        and is claimable unless the group is paused.  A group left without
+        messages is forgotten unless paused.  ``False``, and nothing
+        changed, for an unknown group, an empty paused group, or a head
+        under a live lease.  Reads the clock and applies expiry first, as
+        ``group`` does.  The removed event is released after the lock.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        now = _check_time(self._clock())
+        spent = None  # the removed (seq, event): dropped after the lock is released
+        with self._lock:
+            if self._busy:
+                raise _reentered("skip")
+            self._busy = True
+            try:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+                expiry = self._expiry
+                if expiry and expiry[0][0] < now:
+                    self._expire(now)
+                group = self._groups.get(group_id)
+                # after expiry a lock still set is live: a lease holds the head
+                if group is not None and group.head < len(group.messages) and group.lock != _LEASED:
+                    spent = self._skip_head(group)
+            finally:
+                self._settle()
+        skipped = spent is not None
+        del spent  # the event's __del__ may run here, outside the lock
+        if self._nwaiting:  # the next message, and whatever expiry freed
+            self._serve_waiters(now)
+        return skipped
+
+    def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
+        """The oldest ``max_count`` messages of group ``group_id``, head first.
+
+        Whatever their state (ready, leased, parked, paused, buried), as
+        ``Message(seq, event, attempt)`` with the event by reference and
+        ``attempt`` the deliveries so far; ``[]`` for an unknown group.
+        ``max_count`` is an ``int >= 0``.  Reads no clock and changes
+        nothing: O(1 + max_count).
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        if type(max_count) is not int or max_count < 0:
+            max_count = _check_count(max_count)
+        with self._lock:
+            if self._busy:
+                raise _reentered("peek")
+            self._busy = True
+            try:
+                group = self._groups.get(group_id)
+                if group is None or not max_count:
+                    taken: List[Any] = []
+                    attempt = 0
+                else:
+                    head = group.head
+                    taken = group.messages[head:head + max_count]
+                    attempt = group.attempt
+            finally:
+                self._settle()
+        out = [Message(seq, event, 0) for seq, event in taken]  # only the head has been delivered
+        if out:
+            out[0] = Message(out[0].seq, out[0].event, attempt)
+        return out
 
     # -------------------------------------------------------------- batches
 
@@ -1257,9 +1393,10 @@ class InMemoryTransport:
         self.close()
 
     def __repr__(self) -> str:
+        buried = f" buried={self._buried}" if self._buried else ""
         return (
             f"<{type(self).__module__}.{type(self).__qualname__} "
-            f"messages={self._messages} groups={len(self._groups)}>"
+            f"messages={self._messages} groups={len(self._groups)}{buried}>"
         )
 
     # ------------------------------------------------------------ internals
@@ -1408,6 +1545,33 @@ class InMemoryTransport:
         seq, event = group.messages[group.head]  # type: ignore[misc]
         return seq, group.group_id, event, attempt
 
+    def _skip_head(self, group: _Group) -> Tuple[int, Any]:
+        """``skip`` of ``group``'s head (not under a live lease): as an ack of
+        it, and the bury lifted.  A never-claimed group is placed by its
+        oldest message, which is now the next one: it is re-keyed.  Returns
+        the spent ``(seq, event)``; a MemoryError leaves everything as it was."""
+        messages = group.messages
+        head = group.head + 1
+        old_key = group.key
+        if old_key < 0 and head < len(messages):
+            key = messages[head][0] - _NEVER_CLAIMED  # type: ignore[index]
+            if group.ready_key is None:
+                group.key = key  # _ack_current makes it ready (unless paused) under it
+                try:
+                    spent = self._ack_current(group)
+                except BaseException:  # its first step, the allocation, failed: nothing else changed
+                    group.key = old_key
+                    raise
+            else:
+                self._rekey_ready(group, key)
+                spent = self._ack_current(group)
+        else:
+            spent = self._ack_current(group)
+        if group.reason is not None:
+            group.reason = None
+            self._buried -= 1
+        return spent
+
     def _ack_current(self, group: _Group) -> Tuple[int, Any]:
         """``ack`` of the current delivery of ``group``: returns the spent
         ``(seq, event)``, which the caller drops after the lock."""
@@ -1487,6 +1651,23 @@ class InMemoryTransport:
         heapify(live)
         level.heap = live
         level.stale = 0
+        self._repair(level)
+
+    def _rekey_ready(self, group: _Group, key: int) -> None:
+        """Give a ready group another round-robin key (a never-claimed group
+        whose oldest message went): the new entry is pushed first (the one
+        allocation), then the old one goes stale."""
+        level = group.level
+        heap = level.heap
+        heappush(heap, (key, group))  # stale (ready_key differs) until the switch below
+        group.key = group.ready_key = key
+        level.stale += 1  # the old entry
+        while heap:  # the old entry may have been the top: keep the top live
+            top_key, top = heap[0]
+            if top.ready_key == top_key and top.level is level:
+                break
+            heappop(heap)
+            level.stale -= 1
         self._repair(level)
 
     def _take_top(self, level: _Level) -> None:
@@ -1663,6 +1844,9 @@ class InMemoryTransport:
         group.open = False
         group.attempt = 0
         held = len(group.messages) - group.head
+        if group.reason is not None:
+            group.reason = None
+            self._buried -= 1
         if group.paused:
             group.paused = False
             self._paused -= 1

@@ -14,9 +14,10 @@
 #   (owned by the transport); a group keeps a borrowed pointer to its id.
 #   A slot is in use while its ``gid`` is set: a paused group may hold no
 #   message (``count == 0``).  Beside the records, by slot: the worker of
-#   the group's latest claim (``holder``, for ``group()``) and the links of
-#   a list of the groups in creation order (``older``/``newer``, for
-#   ``groups()``).
+#   the group's latest claim (``holder``, for ``group()``), the reason of a
+#   buried group (``reason``: set exactly while the group is buried) and
+#   the links of a list of the groups in creation order (``older``/
+#   ``newer``, for ``groups()``).
 #
 # Growing comes before any change (publish grows first, then commits);
 # shrinking is best effort: when under a quarter of the slots is in use the
@@ -68,6 +69,7 @@ ctypedef struct MessageStore:
 ctypedef struct GroupStore:
     Group *at            # by group slot; len(group_ids) >= cap
     PyObject **holder    # by group slot: worker id of the latest claim (owned, an exact str), or NULL
+    PyObject **reason    # by group slot: the bury reason (owned, an exact str) while buried, else NULL
     int32_t *older       # by group slot: the group created just before, -1 if none
     int32_t *newer       # by group slot: the group created just after, -1 if none
     int32_t oldest       # first group in creation order, -1 if none
@@ -81,7 +83,8 @@ ctypedef struct GroupStore:
 # (the references are owned: the GroupInfo is built after the lock).
 ctypedef struct GroupView:
     PyObject *gid
-    PyObject *holder     # the worker of a live lease, else NULL
+    PyObject *holder     # the worker of a live lease or of the buried delivery, else NULL
+    PyObject *reason     # the bury reason while buried, else NULL
     int64_t priority
     int64_t head_seq     # when messages > 0
     int64_t attempt
@@ -103,6 +106,7 @@ cdef inline void messages_init(MessageStore *ms) noexcept:
 cdef inline void groups_init(GroupStore *gs) noexcept:
     gs.at = NULL
     gs.holder = NULL
+    gs.reason = NULL
     gs.older = NULL
     gs.newer = NULL
     gs.oldest = -1
@@ -117,8 +121,12 @@ cdef void groups_free(GroupStore *gs) noexcept:
     if gs.holder != NULL:
         for i in range(gs.cap):
             Py_XDECREF(gs.holder[i])
+    if gs.reason != NULL:
+        for i in range(gs.cap):
+            Py_XDECREF(gs.reason[i])
     PyMem_Free(gs.at)
     PyMem_Free(gs.holder)
+    PyMem_Free(gs.reason)
     PyMem_Free(gs.older)
     PyMem_Free(gs.newer)
     groups_init(gs)
@@ -251,6 +259,12 @@ cdef int groups_grow(GroupStore *gs, list group_ids, ReadySet *rs, ExpiryHeap *x
     gs.holder = <PyObject **>p
     for i in range(gs.cap, <int32_t>new_cap):
         gs.holder[i] = NULL
+    p = PyMem_Realloc(gs.reason, <size_t>new_cap * sizeof(PyObject *))
+    if p == NULL:
+        return _NOMEM
+    gs.reason = <PyObject **>p
+    for i in range(gs.cap, <int32_t>new_cap):
+        gs.reason[i] = NULL
     p = PyMem_Realloc(gs.older, <size_t>new_cap * sizeof(int32_t))
     if p == NULL:
         return _NOMEM
@@ -374,7 +388,9 @@ cdef void group_view(const GroupStore *gs, const MessageStore *ms, const ReadySe
     view.gid = g.gid
     Py_XINCREF(view.gid)
     view.holder = NULL
-    if g.lock == _LEASED:
+    view.reason = gs.reason[slot]
+    Py_XINCREF(view.reason)
+    if g.lock == _LEASED or view.reason != NULL:  # a buried group: the buried delivery's worker
         view.holder = gs.holder[slot]
         Py_XINCREF(view.holder)
     view.priority = rs.levels[g.level].priority
@@ -416,6 +432,8 @@ cdef object groups_forget(
         gs.newest = gs.older[slot]
     Py_XDECREF(gs.holder[slot])  # an exact str: no user code
     gs.holder[slot] = NULL
+    Py_XDECREF(gs.reason[slot])  # NULL (a buried group is never forgotten), or an exact str
+    gs.reason[slot] = NULL
     ready_drop_group(rs, lv)
     if gs.cap > _MIN_GROUP_CAP and gs.used * 4 < gs.cap:
         groups_compact(gs, group_ids, ids, rs, xh)
@@ -444,6 +462,7 @@ cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet 
     cdef size_t ids_size
     cdef Group *groups
     cdef PyObject **holder
+    cdef PyObject **reason
     cdef int32_t *older
     cdef int32_t *newer
     cdef int32_t *rpos
@@ -457,16 +476,18 @@ cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet 
         return
     groups = <Group *>PyMem_Malloc(<size_t>new_cap * sizeof(Group))
     holder = <PyObject **>PyMem_Malloc(<size_t>new_cap * sizeof(PyObject *))
+    reason = <PyObject **>PyMem_Malloc(<size_t>new_cap * sizeof(PyObject *))
     older = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
     newer = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
     rpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
     xpos = <int32_t *>PyMem_Malloc(<size_t>new_cap * sizeof(int32_t))
     remap = <int32_t *>PyMem_Malloc(<size_t>gs.cap * sizeof(int32_t))
     table = ids_new_table(live, &ids_size)
-    if (groups == NULL or holder == NULL or older == NULL or newer == NULL or rpos == NULL or xpos == NULL
-            or remap == NULL or table == NULL):
+    if (groups == NULL or holder == NULL or reason == NULL or older == NULL or newer == NULL or rpos == NULL
+            or xpos == NULL or remap == NULL or table == NULL):
         PyMem_Free(groups)
         PyMem_Free(holder)
+        PyMem_Free(reason)
         PyMem_Free(older)
         PyMem_Free(newer)
         PyMem_Free(rpos)
@@ -481,6 +502,7 @@ cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet 
         remap[s] = k
         groups[k] = gs.at[s]
         holder[k] = gs.holder[s]  # the reference moves
+        reason[k] = gs.reason[s]  # this one too
         if k != s:  # k < s: position k already gave its id away (or had none)
             lq_list_put(group_ids, k, lq_list_take(group_ids, s))
         k += 1
@@ -497,6 +519,7 @@ cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet 
         groups[j].count = 0
         groups[j].head = gs.free
         holder[j] = NULL
+        reason[j] = NULL
         gs.free = j
     ready_renumber(rs, rpos, <int32_t>new_cap, remap, gs.cap)
     expiry_renumber(xh, xpos, <int32_t>new_cap, remap, gs.cap)
@@ -504,10 +527,12 @@ cdef void groups_compact(GroupStore *gs, list group_ids, IdTable *ids, ReadySet 
     PyMem_Free(remap)
     PyMem_Free(gs.at)
     PyMem_Free(gs.holder)
+    PyMem_Free(gs.reason)
     PyMem_Free(gs.older)
     PyMem_Free(gs.newer)
     gs.at = groups
     gs.holder = holder
+    gs.reason = reason
     gs.older = older
     gs.newer = newer
     gs.cap = <int32_t>new_cap

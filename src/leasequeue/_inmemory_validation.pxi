@@ -15,6 +15,15 @@ cdef str _check_id(object value, str name):
     raise TypeError(f"{name} must be a str, not {type(value).__name__}")
 
 
+cdef str _check_reason(object value):
+    """``bury``'s ``reason``: a str; a subclass becomes an exact str."""
+    if type(value) is str:
+        return <str>value
+    if isinstance(value, str):
+        return str.__getitem__(value, slice(None))
+    raise TypeError(f"reason must be a str, not {type(value).__name__}")
+
+
 cdef str _check_worker(object value):
     cdef str worker_id = _check_id(value, "worker_id")
     if worker_id == _PARKED_STR:

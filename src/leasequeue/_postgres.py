@@ -30,8 +30,8 @@ from ._durable import DeliveryKey, check_lease, decoded_lease, issue, lease_key,
 from ._errors import LeaseQueueError
 from ._postgres_wait import Listener, Waiter, WaitRoom
 from ._serializers import EventDecodeError, check_serializer, serialize_bytes
-from ._sqlfiles import load_queries, load_script
-from ._types import GroupInfo, TransportStats
+from ._sqlfiles import load_migrations, load_queries, load_script
+from ._types import GroupInfo, Message, TransportStats
 from ._validation import (
     check_count,
     check_duration,
@@ -46,7 +46,11 @@ from ._validation import (
 __all__ = ["SCHEMA_VERSION", "PostgresTransport"]
 
 #: The schema version this code writes and understands (``leasequeue.meta``).
-SCHEMA_VERSION = 1
+#: ``install()`` upgrades an older one (1, leasequeue 0.3, or later) with the
+#: numbered files of ``sql/postgres/migrations/``.
+SCHEMA_VERSION = 2
+#: The oldest schema version ``install()`` can upgrade: the first released one.
+OLDEST_UPGRADABLE = 1
 
 _INF = math.inf
 #: ``claim``'s count is a SQL ``int``: a larger ``max_count`` claims every
@@ -59,6 +63,7 @@ _INT32_MAX = 2**31 - 1
 # probes the indexes' ends, which costs more than running them.
 _SESSION = "SET plan_cache_mode = force_generic_plan"
 _STATES = {1: "leased", 2: "parked"}
+_BURIED = 3  # lock_state of a buried group
 
 # The named queries of ``sql/postgres/queries.sql``, loaded once.
 _Q = load_queries("postgres")
@@ -215,9 +220,16 @@ class PostgresTransport:
 
     @staticmethod
     def install(conninfo: str) -> None:
-        """Create (or bring up to date) the leasequeue schema; idempotent.
+        """Create the leasequeue schema, or bring it up to date; idempotent.
 
-        Refuses a database whose schema is newer than this leasequeue.
+        All in one transaction, under an advisory lock (concurrent installs
+        wait for each other).  A database of an older schema version is
+        upgraded in place, its data kept: first the numbered migrations of
+        ``sql/postgres/migrations/`` (table and index changes), then
+        ``schema.sql`` (re)creates every function.  A database whose schema
+        is newer than this leasequeue is refused, untouched.  Transports of
+        the old release must be stopped first: they refuse the upgraded
+        schema on their next start, but a running one would not notice it.
         """
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -226,9 +238,12 @@ class PostgresTransport:
                     exists = conn.execute("SELECT to_regclass('leasequeue.meta')").fetchone()
                     if exists is not None and exists[0] is not None:
                         found = conn.execute(_Q["schema_version"]).fetchone()
-                        if found is not None and int(found[0]) > SCHEMA_VERSION:
-                            raise LeaseQueueError(_newer(int(found[0])))
+                        if found is not None:
+                            _upgrade(conn, int(found[0]))
                     conn.execute(load_script("postgres"))
+                    version = int(conn.execute(_Q["schema_version"]).fetchone()[0])
+                    if version != SCHEMA_VERSION:  # a packaging error; rolled back
+                        raise LeaseQueueError(f"install left schema version {version}, not {SCHEMA_VERSION}")
         except psycopg.Error as exc:
             raise _error(exc, "PostgresTransport.install") from exc
 
@@ -742,6 +757,55 @@ class PostgresTransport:
         """A snapshot of every group, in group creation order: O(G + N)."""
         return [_info(row) for row in self._execute("groups", _Q["group_info"], (self._queue, None, _NOW))]
 
+    # ------------------------------------------------------------ quarantine
+
+    def bury(self, lease: Any, reason: str = "") -> None:
+        """Quarantine the lease's group: the delivery ends, its message stays
+        at the head, and no claim serves the group until ``resume`` (the same
+        message again, attempt + 1) or ``skip``.  ``reason`` (a ``str``) is
+        kept with the group.  ``LeaseLost`` if the lease is not current."""
+        check_lease(lease)
+        if type(reason) is not str:
+            if not isinstance(reason, str):
+                raise TypeError(f"reason must be a str, not {type(reason).__name__}")
+            reason = str.__str__(reason)
+        key = lease_key(lease)
+        self._check_open("bury")
+        if key is None or not self._scalar("bury", _Q["bury"], (self._queue, *_delivery(key), reason)):
+            raise lost(lease)
+
+    def skip(self, group_id: str) -> bool:
+        """Remove the group's head unless a lease that has not expired holds it
+        (any park, bury or expired lease of it ends), lift a bury (not a
+        pause); True if removed.  The next message is claimable unless the
+        group is paused, and wakes a waiting claim on any machine."""
+        group_id = check_id(group_id, "group_id")
+        return bool(self._scalar("skip", _Q["skip"], (self._queue, group_id, _NOW)))
+
+    def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
+        """The group's oldest ``max_count`` messages, head first, whatever their
+        state, as ``Message(seq, event, attempt)`` (equal copies of the events;
+        ``attempt``: deliveries so far).  ``[]`` for an unknown group.  Changes
+        nothing.  An event that cannot be deserialized raises ``EventDecodeError``."""
+        group_id = check_id(group_id, "group_id")
+        max_count = check_count(max_count)
+        self._check_open("peek")
+        if max_count == 0:
+            return []
+        rows = self._execute("peek", _Q["peek"], (min(max_count, 2**63 - 1), self._queue, group_id))
+        out = []
+        for seq, payload, attempt in rows:
+            try:
+                event = self._loads(bytes(payload))
+            except Exception as exc:
+                raise EventDecodeError(
+                    f"the event of message {seq} in group {group_id!r} could not be deserialized "
+                    f"({type(exc).__name__}: {exc})",
+                    None,
+                ) from exc
+            out.append(Message(int(seq), event, int(attempt)))
+        return out
+
     # ------------------------------------------------------------ batches
 
     def publish_many(self, items: Iterable[Any]) -> List[int]:
@@ -802,7 +866,12 @@ class PostgresTransport:
 
 
 def _info(row: Tuple[Any, ...]) -> GroupInfo:
-    group_id, priority, messages, paused, lock_state, head_seq, worker, expires_at, attempt, last = row
+    group_id, priority, messages, paused, lock_state, head_seq, worker, expires_at, attempt, last, reason = row
+    if lock_state == _BURIED:
+        # The buried delivery's worker and attempt, no end.
+        return GroupInfo(group_id, int(priority), int(messages), "buried", bool(paused),
+                         None if head_seq is None else int(head_seq), worker, None, int(attempt),
+                         None if last is None else float(last), reason)
     if lock_state in _STATES:
         state = _STATES[lock_state]
         held: Tuple[Any, Any, Any] = (worker, float(expires_at), int(attempt))
@@ -819,6 +888,26 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
         *held,
         None if last is None else float(last),
     )
+
+
+def _upgrade(conn: Any, version: int) -> None:
+    """Run the migrations from ``version`` up to ``SCHEMA_VERSION`` in the
+    caller's transaction (each file sets the version it reaches)."""
+    if version > SCHEMA_VERSION:
+        raise LeaseQueueError(_newer(version))
+    if version == SCHEMA_VERSION:
+        return
+    if version < OLDEST_UPGRADABLE:
+        raise LeaseQueueError(
+            f"the database's leasequeue schema is version {version}, from a pre-release: it cannot be "
+            f"upgraded (the oldest upgradable version is {OLDEST_UPGRADABLE}); nothing was changed"
+        )
+    steps = dict(load_migrations("postgres"))
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        filename = steps.get(target)
+        if filename is None:  # a packaging error: the wheel lacks a migration file
+            raise LeaseQueueError(f"leasequeue has no migration to PostgreSQL schema version {target}")
+        conn.execute(load_script("postgres", filename))
 
 
 def _newer(version: int) -> str:

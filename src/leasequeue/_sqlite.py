@@ -9,8 +9,8 @@ How it works:
 * The state is the in-memory twin's state, as rows (``sql/sqlite/schema.sql``):
   ``lq_messages`` (seq = row id, the group, the serialized event) and
   ``lq_groups`` (priority, round-robin key, the lock of the head message:
-  holder, end, attempt count, whether the delivery is open; paused; last
-  claim time).  One row ``lq_state`` holds the shared counters: the last seq,
+  free, leased, parked or buried, holder, end, attempt count, whether the
+  delivery is open; paused; the bury reason; last claim time).  One row ``lq_state`` holds the shared counters: the last seq,
   the claim counter (round-robin keys), the transport's time and the counts
   of messages, groups, leases, parks and pauses, kept by the statements that
   change them (``stats()`` reads this row alone: O(1)).  A publish and an ack
@@ -217,6 +217,11 @@ def _initialise(conn: sqlite3.Connection, path: str) -> None:
                 f"{path!r} has leasequeue schema version {version}, newer than this leasequeue "
                 f"supports ({SCHEMA_VERSION}): upgrade leasequeue to open it"
             )
+        elif version < OLDEST_UPGRADABLE:
+            raise LeaseQueueError(
+                f"{path!r} has leasequeue schema version {version}, from a pre-release: it cannot be upgraded "
+                f"(the oldest upgradable version is {OLDEST_UPGRADABLE}); it was left untouched"
+            )
         else:
             row = conn.execute("SELECT magic, version FROM lq_state WHERE id = 1").fetchone()
             if row != ("leasequeue", version):
@@ -236,11 +241,6 @@ def _upgrade(conn: sqlite3.Connection, path: str, version: int) -> None:
     the file stays at ``version``, untouched).  Each step runs the statements
     of ``sql/sqlite/migrations/NNNN_*.sql`` and then records version NNNN in
     ``PRAGMA user_version`` and ``lq_state``."""
-    if version < OLDEST_UPGRADABLE:
-        raise LeaseQueueError(
-            f"{path!r} has leasequeue schema version {version}, from a pre-release: it cannot be upgraded "
-            f"(the oldest upgradable version is {OLDEST_UPGRADABLE}); it was left untouched"
-        )
     steps = dict(load_migrations("sqlite"))
     for target in range(version + 1, SCHEMA_VERSION + 1):
         filename = steps.get(target)
@@ -333,9 +333,11 @@ class SQLiteTransport:
     """The transport contract in a SQLite database file, shared by processes.
 
     ``path``: the database file (created if missing; its directory must
-    exist).  A file that is not a leasequeue database is refused with
-    ``LeaseQueueError`` and left untouched; so is one written by a newer
-    leasequeue (a newer schema version).
+    exist).  A file of an older released schema (leasequeue 0.3) is upgraded
+    in place, in one transaction, with nothing lost.  A file that is not a
+    leasequeue database is refused with ``LeaseQueueError`` and left
+    untouched; so is one written by a newer leasequeue (a newer schema
+    version).
 
     ``clock``: a zero-argument callable returning seconds (default
     ``time.time``).  Every process sharing a file must use the same clock.
@@ -848,8 +850,10 @@ class SQLiteTransport:
                     lifted = bool(paused) or lock == 2 or lock == 3
                     if lifted:
                         cur.execute(_Q["resume"], (gid,))
-                        if paused or lock == 3:
-                            cur.execute(_Q["count_resumed"], (1 if paused else 0, int(lock == 3)))
+                        if paused:
+                            cur.execute(_Q["count_paused"], (-1,))
+                        if lock == 3:
+                            cur.execute(_Q["count_buried"], (-1,))
                         if not messages:
                             cur.execute(_Q["forget_group"], (gid,))  # it held nothing but its pause
                         elif self._queue.waiters:
@@ -876,10 +880,9 @@ class SQLiteTransport:
                     cur.execute(_Q["purge_messages"], (row[0],))
                     cur.execute(_Q["forget_group"], (row[0],))
                     lock = row[2]
-                    cur.execute(
-                        _Q["count_purged"],
-                        (removed, 1 if row[1] else 0, int(lock == 1), int(lock == 2), int(lock == 3)),
-                    )
+                    cur.execute(_Q["count_purged"], (removed, 1 if row[1] else 0, int(lock == 1), int(lock == 2)))
+                    if lock == 3:
+                        cur.execute(_Q["count_buried"], (-1,))
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)
@@ -962,6 +965,8 @@ class SQLiteTransport:
                     # The counts are kept only if the lease is current (else rolled back).
                     cur.execute(_Q["bury_count"], key)
                     done = cur.execute(_Q["bury"], key + (reason,)).rowcount == 1
+                    if done:
+                        cur.execute(_Q["count_buried"], (1,))
                     cur.execute("COMMIT" if done else "ROLLBACK")
                 except BaseException as exc:
                     self._abort(exc)
@@ -991,10 +996,14 @@ class SQLiteTransport:
                 if row is not None and row[4] is not None and row[2] != 1:
                     gid = row[0]
                     cur.execute(_Q["skip_count"], (gid,))
+                    if row[2] == 3:
+                        cur.execute(_Q["count_buried"], (-1,))
                     cur.execute(_Q["skip"], (gid,))
                     removed = True
                 if self._queue.waiters:
-                    wakes = self._signal_if_ready(cur, group_id) if removed else self._topup_in(cur)
+                    # The exposed head, and whatever the expiry freed (topup: only
+                    # if no waiting claim already holds a wake-up).
+                    wakes = (self._signal_if_ready(cur, group_id) if removed else []) + self._topup_in(cur)
                 cur.execute("COMMIT")
             except BaseException as exc:
                 self._abort(exc)

@@ -1,8 +1,8 @@
 """Value types shared by every transport (in-memory, SQLite, PostgreSQL).
 
 Defined once, in pure Python, so that each backend returns the same classes:
-``TransportStats`` from ``stats()`` and ``GroupInfo`` from ``group()`` /
-``groups()``.
+``TransportStats`` from ``stats()``, ``GroupInfo`` from ``group()`` /
+``groups()`` and ``Message`` from ``peek()``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ class TransportStats(NamedTuple):
     #: Groups paused by ``pause()`` (held messages or not).  New in 0.2; it
     #: defaults to 0 so that 0.1.0's four-field ``TransportStats(...)`` still builds.
     paused: int = 0
-    #: Groups buried by ``bury()`` (until ``resume`` or ``skip``).  New in 0.4;
-    #: it defaults to 0 so that the five-field ``TransportStats(...)`` still builds.
+    #: Groups buried by ``bury()`` (until ``resume`` or ``skip``).  New in
+    #: 0.4; it defaults to 0 so that the four- and five-field forms still build.
     buried: int = 0
 
 
@@ -41,8 +41,7 @@ class GroupInfo(NamedTuple):
     priority: int
     #: Messages held: ready + leased + parked.
     messages: int
-    #: ``"ready"``, ``"leased"``, ``"parked"``, ``"buried"`` or ``"paused"``
-    #: (a buried group that is also paused reports ``"buried"``).
+    #: ``"ready"``, ``"leased"``, ``"parked"``, ``"buried"`` or ``"paused"``.
     state: str
     #: Paused by ``pause()``; a leased message of a paused group reports
     #: ``state="leased"`` and ``paused=True``.
@@ -50,23 +49,24 @@ class GroupInfo(NamedTuple):
     #: Seq of the group's oldest message (``None`` for an empty paused group).
     head_seq: Optional[int]
     #: The current lease or park: holder (``"__parked__"`` for a park), end
-    #: and delivery count; all ``None`` when nothing is leased or parked.  A
-    #: buried group: the buried delivery's worker and attempt, no end.
+    #: and delivery count; all ``None`` when nothing is leased or parked.
+    #: A buried group reports the buried delivery's worker and attempt, and
+    #: ``expires_at=None``.
     worker_id: Optional[str]
     expires_at: Optional[float]
     attempt: Optional[int]
     #: Clock time of the group's last claim, ``None`` if never claimed.
     last_claimed_at: Optional[float]
-    #: The bury reason while the group is buried, else ``None``.  New in 0.4
-    #: (last, with a default, so that older constructions still build).
+    #: The ``bury()`` reason while the group is buried, else ``None``.  New
+    #: in 0.4, last and with a default, so the ten-field form still builds.
     reason: Optional[str] = None
 
 
 class Message(NamedTuple):
-    """One message as ``peek()`` shows it, whatever its state."""
+    """One held message as ``peek()`` shows it, whatever its state."""
 
     seq: int
-    #: The event (by reference in memory; an equal copy in durable backends).
+    #: The published object (in memory), or an equal copy (durable backends).
     event: Any
-    #: Deliveries so far.
+    #: Deliveries so far (0 for a message never claimed).
     attempt: int

@@ -24,6 +24,7 @@ __all__ = [
     "check_id",
     "check_item",
     "check_priority",
+    "check_reason",
     "check_time",
     "check_timeout",
     "check_worker",
@@ -43,6 +44,15 @@ def check_id(value: Any, name: str) -> str:
         # An exact copy: no user __hash__/__eq__ may run under the lock.
         return str.__getitem__(value, slice(None))
     raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+
+
+def check_reason(value: Any) -> str:
+    """``bury``'s ``reason``: a ``str``; a subclass becomes an exact ``str``."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__getitem__(value, slice(None))
+    raise TypeError(f"reason must be a str, not {type(value).__name__}")
 
 
 def check_worker(value: Any) -> str:

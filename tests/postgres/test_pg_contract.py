@@ -40,6 +40,7 @@ class TestPostgresTransport(TransportContract):
     preserves_identity = False
     usable_after_close = False
     accepts_rebuilt_leases = True
+    supports_quarantine = True  # Part 4: bury, skip, peek
 
     @pytest.fixture(autouse=True)
     def _server(self, conninfo: str) -> None:

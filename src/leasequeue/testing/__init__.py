@@ -56,6 +56,7 @@ _CONTRACT_MODULES = [
         "_rules_waiting",
         "_rules_control",
         "_rules_batches",
+        "_rules_quarantine",
     )
 ]
 

@@ -10,12 +10,13 @@ from ._rules_bad_input import BadInputRules
 from ._rules_batches import BatchRules
 from ._rules_control import ControlPlaneRules
 from ._rules_core import CoreRules
+from ._rules_quarantine import QuarantineRules
 from ._rules_waiting import WaitingRules
 
 __all__ = ["TransportContract"]
 
 
-class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRules, BatchRules):
+class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRules, BatchRules, QuarantineRules):
     """One test per rule of leasequeue's transport contract, for any transport.
 
     Subclass it in a test module under a name pytest collects (``Test...``),
@@ -42,6 +43,9 @@ class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRule
     * ``supports_control_plane``: ``pause``/``resume``/``purge``/
       ``set_priority``/``group``/``groups`` (Part 2, "Control plane").
     * ``supports_batches``: ``publish_many``/``claim_many``/``ack_many``.
+    * ``supports_quarantine``: ``bury``/``skip``/``peek``, ``resume``
+      lifting a bury, ``GroupInfo.reason``, ``stats().buried`` (SPEC Part 4,
+      "Quarantine").
     * ``usable_after_close``: calls still work after ``close()`` (the
       in-memory transports); False when ``close()`` releases a connection:
       then a claim with a non-zero timeout (and ``aclaim``) returns None at

@@ -225,6 +225,9 @@ class ContractBase:
     supports_control_plane: bool = True
     #: Part 2 "Batches": ``publish_many``, ``claim_many``, ``ack_many``.
     supports_batches: bool = True
+    #: Part 4 "Quarantine": ``bury``, ``skip``, ``peek``, ``resume`` lifting
+    #: a bury, ``GroupInfo.reason``, ``stats().buried``.
+    supports_quarantine: bool = True
     #: After ``close()`` the transport still works (Part 1: ``close`` is a
     #: no-op for the in-memory transports).  False for a backend whose
     #: ``close()`` releases its connection: every call then raises

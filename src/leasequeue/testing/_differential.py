@@ -16,7 +16,7 @@ is shrunk -- so keep it cheap (a new temporary database file each call, say)
 and deterministic: the same operations must give the same answers.  The check drives that transport and a
 ``ReferenceTransport`` with the same seeded random operations -- publish,
 claim, ack, nack, extend, stats, len, close, Part 2's control plane and
-batches, bad input of every kind, stale, forged and foreign leases, a clock
+batches, Part 4's bury / skip / peek, bad input of every kind, stale, forged and foreign leases, a clock
 that jumps, goes back, raises or returns garbage -- and compares every
 result and every error.  At the first difference it *shrinks* the run
 (delta debugging, replaying subsets from scratch) to a 1-minimal list of
@@ -31,11 +31,13 @@ Flags say what a backend does not promise:
   backend serialises them), so they are compared with ``==``, not ``is``.
   The events the check publishes are small lists (``["e", 17]``): pickle and
   JSON both carry them.
-* ``waiting``, ``control_plane``, ``batches``: ``None`` (the default) drives
-  each Part 2 feature the transport has (``claim(timeout=)`` with
-  ``closed``; ``pause``/``resume``/``purge``/``set_priority``/``group``/
-  ``groups``; ``publish_many``/``claim_many``/``ack_many``); ``True``
-  requires it (``ValueError`` if missing); ``False`` leaves it out.
+* ``waiting``, ``control_plane``, ``batches``, ``quarantine``: ``None``
+  (the default) drives each Part 2 and Part 4 feature the transport has
+  (``claim(timeout=)`` with ``closed``; ``pause``/``resume``/``purge``/
+  ``set_priority``/``group``/``groups``; ``publish_many``/``claim_many``/
+  ``ack_many``; ``bury``/``skip``/``peek``); ``True`` requires it
+  (``ValueError`` if missing); ``False`` leaves it out.  A transport without
+  a feature gets exactly the operations it got before the feature existed.
 * ``forged_leases`` / ``foreign_leases``: hand-built leases and leases of
   another instance, which the contract says are never current.
 * ``accepts_rebuilt_leases=True``: the backend names a delivery by the
@@ -65,7 +67,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Se
 
 from .._errors import LeaseLost
 from ._clock import ManualClock
-from ._generator import BATCHES, CONTROL_PLANE, Capabilities, RandomOps
+from ._generator import BATCHES, CONTROL_PLANE, QUARANTINE, Capabilities, RandomOps
 from ._harness import Disagreement, Harness, Side, describe
 from ._ops import FOREIGN, ClockFault, Forged, Name, Op, Seconds, render, render_call, uses
 from ._reference import ReferenceTransport
@@ -109,7 +111,7 @@ class DifferentialFailure(AssertionError):
 
 def _probe(factory: Factory) -> Tuple[Set[str], bool]:
     t = factory(ManualClock())
-    methods = {m for m in CONTROL_PLANE + BATCHES if callable(getattr(t, m, None))}
+    methods = {m for m in CONTROL_PLANE + BATCHES + QUARANTINE if callable(getattr(t, m, None))}
     try:
         t.claim("probe", 0.0, 0, timeout=0.0)
     except TypeError:
@@ -130,12 +132,13 @@ def detect_capabilities(
     forged_leases: bool = True,
     foreign_leases: bool = True,
     clock_faults: bool = True,
+    quarantine: Optional[bool] = None,
 ) -> Capabilities:
     """What both sides have, narrowed or required by the flags (see module doc)."""
     methods, has_waiting = _probe(make_transport)
     ref_methods, ref_waiting = _probe(reference)
     driven = set()
-    for names, flag in ((CONTROL_PLANE, control_plane), (BATCHES, batches)):
+    for names, flag in ((CONTROL_PLANE, control_plane), (BATCHES, batches), (QUARANTINE, quarantine)):
         if flag is False:
             continue
         missing = [m for m in names if m not in methods]
@@ -210,6 +213,7 @@ def check_differential(
     names: Sequence[str] = ("reference", "transport"),
     accepts_rebuilt_leases: bool = False,
     usable_after_close: bool = True,
+    quarantine: Optional[bool] = None,
 ) -> DifferentialSummary:
     """Drive ``make_transport(clock)`` and ``reference(clock)`` with ``ops``
     random operations from ``seed``; raise ``DifferentialFailure`` with a
@@ -224,7 +228,7 @@ def check_differential(
     reference = _reference_for(reference, accepts_rebuilt_leases, usable_after_close)
     caps = detect_capabilities(make_transport, reference, waiting=waiting, control_plane=control_plane,
                                batches=batches, forged_leases=forged_leases, foreign_leases=foreign_leases,
-                               clock_faults=clock_faults)._replace(usable_after_close=usable_after_close)
+                               clock_faults=clock_faults, quarantine=quarantine)._replace(usable_after_close=usable_after_close)
     harness = Harness(_sides(make_transport, reference, caps, names), preserves_identity=preserves_identity)
     generator = RandomOps(harness, seed, ops, caps=caps, groups=groups, single_level=single_level)
     recorded: Recorded = []

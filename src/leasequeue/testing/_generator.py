@@ -14,7 +14,10 @@ real leases.  A run is a sequence of *phases*:
 * ``edge``: the clock set *exactly* on a lease's or park's ``expires_at``
   (still live: expiry is ``expires_at < now``), a claim or stats there, then
   one float step later;
-* ``control`` / ``batch``: Part 2's control plane and batches, when driven.
+* ``control`` / ``batch``: Part 2's control plane and batches, when driven;
+* ``quarantine``: Part 4's ``bury`` / ``skip`` / ``peek`` (with ``resume``,
+  ``pause`` and ``group`` around them), when driven: poison messages buried
+  and resumed or skipped, heads skipped in every state.
 
 About half of the runs use one priority level only (``single_level``), the
 case most users are in and the one a transport may optimise separately.
@@ -42,12 +45,15 @@ INF = math.inf
 #: methods of Part 2 that the generator may drive, by group
 CONTROL_PLANE = ("pause", "resume", "purge", "set_priority", "group", "groups")
 BATCHES = ("publish_many", "claim_many", "ack_many")
+#: methods of Part 4's quarantine; a transport without them runs exactly the
+#: streams it ran before they existed (nothing of them draws on the seed)
+QUARANTINE = ("bury", "skip", "peek")
 
 
 class Capabilities(NamedTuple):
     """What the transports under test promise (what is driven)."""
 
-    #: Part 2 methods to drive (a subset of CONTROL_PLANE + BATCHES)
+    #: Part 2 and 4 methods to drive (a subset of CONTROL_PLANE + BATCHES + QUARANTINE)
     methods: FrozenSet[str] = frozenset()
     #: ``claim(timeout=...)`` and the ``closed`` attribute
     waiting: bool = False
@@ -151,7 +157,30 @@ BAD_CALLS: List[Tuple[Optional[str], str, Tuple[Any, ...], Tuple[Tuple[str, Any]
     ("ack_many", "ack_many", (Batch("list", (L, None)),), ()),
     ("ack_many", "ack_many", (Batch("list", (L, "x")),), ()),
     ("ack_many", "ack_many", (Batch("iter", (L, (1, "a"))),), ()),
+    ("bury", "bury", ("lease",), ()),
+    ("bury", "bury", (None, 5), ()),
+    ("bury", "bury", (L, 5), ()),
+    ("bury", "bury", (L, None), ()),
+    ("bury", "bury", (L, b"why"), ()),
+    ("bury", "bury", (L,), (("reason", ["x"]),)),
+    ("skip", "skip", (5,), ()),
+    ("skip", "skip", (None,), ()),
+    ("skip", "skip", (b"g0",), ()),
+    ("peek", "peek", (None,), ()),
+    ("peek", "peek", (7, -1), ()),
+    ("peek", "peek", ("g0", -1), ()),
+    ("peek", "peek", ("g0", True), ()),
+    ("peek", "peek", ("g0", False), ()),
+    ("peek", "peek", ("g0", 1.0), ()),
+    ("peek", "peek", ("g0", "2"), ()),
+    ("peek", "peek", ("g0", None), ()),
+    ("peek", "peek", ("g1",), (("max_count", -(2**70)),)),
 ]
+
+#: reasons a bury gives (a str subclass must come back as an exact str)
+REASONS = [OMIT, "", "boom", "TypeError: attempt 3", Name("poison")]
+#: how many messages a peek asks for
+PEEK_COUNTS = [OMIT, OMIT, 0, 1, 2, 3, 10, 2**70]
 
 
 def call(method: str, *args: Any, **kwargs: Any) -> Op:
@@ -280,6 +309,12 @@ class RandomOps:
             inner.append(call("claim_many", "w1", 5, self.rng.choice([0, 2])))
         if "pause" in methods:
             inner.append(call("pause", self.group()))
+        if "skip" in methods:  # reads the clock
+            inner.append(call("skip", self.group()))
+        if "peek" in methods:  # reads no clock
+            inner.append(call("peek", self.group(), 3))
+        if "bury" in methods and self.refs:  # reads no clock
+            inner.append(call("bury", self.lease(), "x"))
         if "resume" in methods:
             inner.append(call("resume", self.group()))
         if "publish_many" in methods:
@@ -329,6 +364,33 @@ class RandomOps:
             return call("set_priority", self.group(), priority)
         return call(method, self.group())
 
+    def quarantine(self) -> Op:
+        """One of bury / skip / peek, or a resume to lift a bury."""
+        rng = self.rng
+        methods = [m for m in QUARANTINE if m in self.caps.methods]
+        weights = {"bury": 4, "skip": 3, "peek": 3}
+        if "resume" in self.caps.methods:
+            methods.append("resume")
+            weights["resume"] = 2
+        method = rng.choices(methods, [weights[m] for m in methods])[0]
+        if method == "bury":
+            if not self.refs:
+                return self.claim()
+            reason = rng.choice(REASONS)
+            if reason is OMIT:
+                return call("bury", self.lease())
+            if rng.random() < 0.3:
+                return call("bury", self.lease(), reason=reason)
+            return call("bury", self.lease(), reason)
+        if method == "peek":
+            count = rng.choice(PEEK_COUNTS)
+            if count is OMIT:
+                return call("peek", self.group())
+            if rng.random() < 0.3:
+                return call("peek", self.group(), max_count=count)
+            return call("peek", self.group(), count)
+        return call(method, self.group())
+
     def batch(self) -> Op:
         rng = self.rng
         methods = [m for m in BATCHES if m in self.caps.methods]
@@ -367,6 +429,8 @@ class RandomOps:
             phases += ["control", "churn", "wave"]
         if any(m in self.caps.methods for m in BATCHES):
             phases += ["batch"]
+        if any(m in self.caps.methods for m in QUARANTINE):
+            phases += ["quarantine", "quarantine"]
         while self.emitted < self.count:
             phase = rng.choice(phases)
             left = self.count - self.emitted
@@ -403,23 +467,29 @@ class RandomOps:
         if phase == "edge":
             yield from self._edge()
             return
-        weights = {  # publish claim ack nack extend bad advance misc control batch
-            "fill": [60, 20, 5, 5, 2, 3, 2, 6, 2, 3],
-            "drain": [5, 45, 30, 8, 4, 3, 3, 5, 2, 3],
-            "churn": [25, 30, 20, 10, 6, 3, 2, 6, 5, 4],
-            "time": [10, 30, 10, 10, 10, 3, 22, 6, 3, 2],
-            "control": [20, 25, 15, 5, 3, 2, 5, 3, 25, 3],
-            "batch": [10, 15, 10, 5, 3, 3, 5, 3, 5, 40],
-        }[phase]
         has_control = any(m in self.caps.methods for m in CONTROL_PLANE)
         has_batch = any(m in self.caps.methods for m in BATCHES)
+        has_quarantine = any(m in self.caps.methods for m in QUARANTINE)
+        weights = {  # publish claim ack nack extend bad advance misc control batch quarantine
+            "fill": [60, 20, 5, 5, 2, 3, 2, 6, 2, 3, 2],
+            "drain": [5, 45, 30, 8, 4, 3, 3, 5, 2, 3, 3],
+            "churn": [25, 30, 20, 10, 6, 3, 2, 6, 5, 4, 4],
+            "time": [10, 30, 10, 10, 10, 3, 22, 6, 3, 2, 3],
+            "control": [20, 25, 15, 5, 3, 2, 5, 3, 25, 3, 3],
+            "batch": [10, 15, 10, 5, 3, 3, 5, 3, 5, 40, 2],
+            "quarantine": [18, 25, 10, 5, 3, 3, 6, 3, 4, 2, 30],
+        }[phase]
+        if not has_quarantine:  # the weight goes, the draws stay those of the streams before Part 4
+            weights = weights[:-1] + [0]
         for _ in range(min(left, rng.randint(30, 1500 if phase == "fill" else 600))):
             kind = rng.choices(["publish", "claim", "ack", "nack", "extend", "bad", "advance", "misc", "control",
-                                "batch"], weights)[0]
+                                "batch", "quarantine"], weights)[0]
             if kind in ("ack", "nack", "extend") and not self.refs:
                 kind = "claim"
             if (kind == "control" and not has_control) or (kind == "batch" and not has_batch):
                 kind = "publish"
+            if kind == "quarantine" and not self.refs and rng.random() < 0.5:
+                kind = "claim"  # a bury needs a lease: claim one first, now and then
             if kind == "publish":
                 yield self.publish()
             elif kind == "claim":
@@ -439,6 +509,8 @@ class RandomOps:
                 yield self.control()
             elif kind == "batch":
                 yield self.batch()
+            elif kind == "quarantine":
+                yield self.quarantine()
             else:
                 yield from self.misc()
 

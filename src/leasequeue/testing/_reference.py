@@ -22,7 +22,11 @@ SPEC.md names and the choices of ``docs/decisions.md``:
   (``pause``, ``resume``, ``purge``, ``set_priority``, ``group``,
   ``groups``, ``stats().paused``) and the batches (``publish_many``,
   ``claim_many``, ``ack_many``), with the choices pinned in the "Part 2"
-  section of ``docs/decisions.md``.
+  section of ``docs/decisions.md``;
+* Part 4's quarantine: ``bury`` (the group waits, its head kept, until
+  ``resume`` or ``skip``), ``skip`` (the head removed unless a live lease
+  holds it), ``peek``, ``GroupInfo.reason`` and ``stats().buried``, with the
+  choices pinned in the "Part 4" section of ``docs/decisions.md``.
 
 It was written from the SPEC and the decisions, never from a transport's
 code, so that a differential test against it is a test against the contract
@@ -45,7 +49,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from .._errors import LeaseLost, LeaseQueueError
-from .._types import PARKED, GroupInfo, TransportStats
+from .._types import PARKED, GroupInfo, Message, TransportStats
 
 __all__ = ["ReferenceLease", "ReferenceTransport"]
 
@@ -170,6 +174,13 @@ def _check_count(value: Any) -> int:
     return int(value)
 
 
+def _check_reason(value: Any) -> str:
+    """``bury``'s ``reason``: a ``str``; a subclass becomes an exact str."""
+    if not isinstance(value, str):
+        raise TypeError(f"reason must be a str, not {type(value).__name__}")
+    return str.__getitem__(value, slice(None))
+
+
 def _check_clock_value(value: Any) -> float:
     """What the clock returned: int or float (not bool), finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -202,7 +213,7 @@ class ReferenceTransport:
     """The seed's algorithm, literally, with the SPEC's differences.
 
     ``ReferenceTransport(clock=time.time)``: the same constructor and methods
-    as ``leasequeue.InMemoryTransport`` (Part 1 and Part 2, without waiting),
+    as ``leasequeue.InMemoryTransport`` (Parts 1, 2 and 4, without waiting),
     returning ``ReferenceLease`` leases and the shared ``TransportStats`` and
     ``GroupInfo`` values.  Not thread-safe and O(N log N) per claim: it is a
     referee, not a transport to run.
@@ -237,7 +248,7 @@ class ReferenceTransport:
         self._usable_after_close = bool(usable_after_close)
         #: the seed's list of messages, in publish (seq) order
         self._messages: List[Dict[str, Any]] = []
-        #: per group: priority, round-robin key, pause, creation number
+        #: per group: priority, round-robin key, pause, bury, creation number
         self._groups: Dict[str, Dict[str, Any]] = {}
         self._seq = 0
         self._claims = 0  # the round-robin key: claim order, not a timestamp
@@ -276,7 +287,7 @@ class ReferenceTransport:
     def _new_group(self, group_id: str, priority: int, paused: bool) -> Dict[str, Any]:
         self._created += 1
         group = {"claim_order": 0, "last_claimed_at": None, "priority": priority, "paused": paused,
-                 "created": self._created}
+                 "buried": False, "reason": None, "created": self._created}
         self._groups[group_id] = group
         return group
 
@@ -284,7 +295,8 @@ class ReferenceTransport:
         return [m for m in self._messages if m["group_id"] == group_id]
 
     def _forget_if_done(self, group_id: str) -> None:
-        """A group with no message is forgotten, unless it is paused."""
+        """A group with no message is forgotten, unless it is paused.  (A
+        buried group always holds its head: skip lifts the bury with it.)"""
         group = self._groups.get(group_id)
         if group is not None and not group["paused"] and not self._of(group_id):
             del self._groups[group_id]  # priority and round-robin place go too
@@ -326,7 +338,7 @@ class ReferenceTransport:
         order = sorted(self._messages, key=lambda m: (self._groups[m["group_id"]]["claim_order"], m["seq"]))
         for m in order:
             group = self._groups[m["group_id"]]
-            if m["group_id"] in in_flight or group["paused"] or group["priority"] < min_priority:
+            if m["group_id"] in in_flight or group["paused"] or group["buried"] or group["priority"] < min_priority:
                 continue
             m["locked_by"] = worker_id
             m["lock_expiry"] = now + visibility
@@ -420,6 +432,7 @@ class ReferenceTransport:
             leased=sum(1 for m in self._messages if m["locked_by"] not in (None, PARKED)),
             parked=sum(1 for m in self._messages if m["locked_by"] == PARKED),
             paused=sum(1 for g in self._groups.values() if g["paused"]),
+            buried=sum(1 for g in self._groups.values() if g["buried"]),
         )
 
     def __len__(self) -> int:
@@ -458,16 +471,18 @@ class ReferenceTransport:
         return True
 
     def resume(self, group_id: str) -> bool:
-        """Lift the pause and end the park (expired or not, unless an
-        operation that reads the clock already saw it expire); True if either
-        was lifted.  An unknown group: False."""
+        """Lift the pause and the bury, and end the park (expired or not,
+        unless an operation that reads the clock already saw it expire); True
+        if any was lifted.  An unknown group: False."""
         group_id = _check_id(group_id, "group_id")
         self._usable()
         group = self._groups.get(group_id)
         if group is None:
             return False
-        lifted = bool(group["paused"])
+        lifted = bool(group["paused"] or group["buried"])
         group["paused"] = False
+        group["buried"] = False  # the head is claimable again, attempt kept
+        group["reason"] = None
         for m in self._of(group_id):
             if m["locked_by"] == PARKED:
                 m["locked_by"] = None  # claimable now; attempt unchanged
@@ -518,6 +533,9 @@ class ReferenceTransport:
             m = locked[0]
             state = "parked" if m["locked_by"] == PARKED else "leased"
             worker_id, expires_at, attempt = m["locked_by"], m["lock_expiry"], m["attempt"]
+        elif group["buried"]:  # the buried delivery: its worker and attempt, no end
+            state = "buried"
+            worker_id, expires_at, attempt = held[0]["holder"], None, held[0]["attempt"]
         else:
             state = "paused" if group["paused"] else "ready"
             worker_id = expires_at = attempt = None
@@ -532,7 +550,55 @@ class ReferenceTransport:
             expires_at=expires_at,
             attempt=attempt,
             last_claimed_at=group["last_claimed_at"],
+            reason=group["reason"],
         )
+
+    # -- Part 4: quarantine ---------------------------------------------------------
+
+    def bury(self, lease: Any, reason: str = "") -> None:
+        """End the lease's delivery and quarantine its group: the message
+        stays at the head, and no claim serves the group until ``resume`` or
+        ``skip``.  Reads no clock (like ``ack``)."""
+        lease = self._check_lease(lease)
+        reason = _check_reason(reason)
+        self._usable()
+        m = self._current(lease)
+        if m is None:
+            raise self._lost(lease)
+        m["locked_by"] = None  # the delivery ends, as after nack(0) ...
+        m["lock_expiry"] = 0.0
+        m["open"] = False
+        group = self._groups[m["group_id"]]
+        group["buried"] = True  # ... but the group waits; its round-robin place is kept
+        group["reason"] = reason
+
+    def skip(self, group_id: str) -> bool:
+        """Remove the group's head unless a lease that has not expired holds
+        it, and lift the bury (not the pause).  Reads the clock and applies
+        expiry first, as ``group`` does (also for an unknown group)."""
+        group_id = _check_id(group_id, "group_id")
+        self._usable()
+        self._now()
+        group = self._groups.get(group_id)
+        held = self._of(group_id)
+        if group is None or not held:
+            return False  # unknown, or an empty paused group
+        head = held[0]
+        if head["locked_by"] not in (None, PARKED):  # a live lease (_now() dropped the expired ones)
+            return False
+        self._messages.remove(head)  # a park ends with it; an open delivery stops being current
+        group["buried"] = False
+        group["reason"] = None
+        self._forget_if_done(group_id)
+        return True
+
+    def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
+        """The group's oldest ``max_count`` messages, head first, whatever
+        their state; ``[]`` for an unknown group.  Reads no clock."""
+        group_id = _check_id(group_id, "group_id")
+        max_count = _check_count(max_count)
+        self._usable()
+        return [Message(m["seq"], m["event"], m["attempt"]) for m in self._of(group_id)[:max_count]]
 
     # -- Part 2: batches -----------------------------------------------------------
 

@@ -23,7 +23,7 @@ WAITING = "waiting claims (claim(timeout=...), aclaim, close() waking waiters)"
 
 GROUP_INFO_FIELDS = (
     "group_id", "priority", "messages", "state", "paused", "head_seq", "worker_id", "expires_at", "attempt",
-    "last_claimed_at",
+    "last_claimed_at", "reason",
 )
 
 _BAD_CALLS = [
@@ -56,7 +56,7 @@ class ControlPlaneRules(ContractBase):
         transport.publish("b", "b1")
         assert transport.pause("a") is True
         assert transport.pause("a") is False
-        assert transport.stats() == (2, 2, 0, 0, 1)
+        assert transport.stats() == (2, 2, 0, 0, 1, 0)
         clock.advance(1e9)
         assert [x.group_id for x in self.claim_all(transport)] == ["b"]
         assert transport.resume("a") is True
@@ -73,7 +73,7 @@ class ControlPlaneRules(ContractBase):
         transport.publish("g", "g2")
         lease = transport.claim("w", 30)
         assert transport.pause("g") is True
-        assert transport.stats() == (2, 1, 1, 0, 1)
+        assert transport.stats() == (2, 1, 1, 0, 1, 0)
         lease = transport.extend(lease, 10)  # still current
         transport.ack(lease)
         assert transport.claim("w", 30) is None  # g2 waits in the paused group
@@ -89,7 +89,7 @@ class ControlPlaneRules(ContractBase):
         assert transport.pause("g") is True
         clock.advance(11)  # the lease expires inside the paused group
         assert transport.claim("w", 30) is None
-        assert transport.stats() == (1, 1, 0, 0, 1)
+        assert transport.stats() == (1, 1, 0, 0, 1, 0)
         assert transport.resume("g") is True
         assert (transport.claim("w", 10).attempt, transport.claim("w", 10)) == (3, None)
 
@@ -122,10 +122,10 @@ class ControlPlaneRules(ContractBase):
         transport.ack(lease)
         info = transport.group("g")
         assert info is not None and (info.messages, info.state, info.paused, info.priority) == (0, "paused", True, 4)
-        assert transport.stats() == (0, 0, 0, 0, 1)
+        assert transport.stats() == (0, 0, 0, 0, 1, 0)
         assert transport.resume("g") is True
         assert transport.group("g") is None  # emptied: forgotten on resume
-        assert transport.stats() == (0, 0, 0, 0, 0)
+        assert transport.stats() == (0, 0, 0, 0, 0, 0)
         transport.publish("g", "again", priority=-1)  # created fresh: the new priority holds
         assert transport.group("g").priority == -1
         assert transport.claim("w", 30) is None
@@ -142,7 +142,7 @@ class ControlPlaneRules(ContractBase):
         assert transport.resume("unknown") is False
         assert transport.group("unknown") is None
         assert transport.resume("g") is True
-        assert transport.stats() == (2, 2, 0, 0, 0)
+        assert transport.stats() == (2, 2, 0, 0, 0, 0)
         again = transport.claim("w", 30)
         assert (again.group_id, again.seq, again.attempt) == ("g", 1, 2)
         transport.nack(again, 1000)
@@ -151,7 +151,7 @@ class ControlPlaneRules(ContractBase):
         assert transport.resume("g") is False
         again = transport.claim("w", 30)
         assert (again.group_id, again.seq, again.attempt) == ("g", 1, 3)
-        assert transport.stats() == (2, 2, 1, 0, 0)
+        assert transport.stats() == (2, 2, 1, 0, 0, 0)
 
     # -- purge ----------------------------------------------------------------------------
 
@@ -168,13 +168,13 @@ class ControlPlaneRules(ContractBase):
             with pytest.raises(LeaseLost):
                 op(lease)
         assert transport.group("g") is None
-        assert (len(transport), transport.stats()) == (1, (1, 1, 0, 0, 0))
+        assert (len(transport), transport.stats()) == (1, (1, 1, 0, 0, 0, 0))
         assert transport.purge("g") == 0
         assert transport.purge("unknown") == 0
         parked = transport.claim("w", 30)
         transport.nack(parked, 100)
         assert transport.purge("h") == 1
-        assert (len(transport), transport.stats()) == (0, (0, 0, 0, 0, 0))
+        assert (len(transport), transport.stats()) == (0, (0, 0, 0, 0, 0, 0))
         assert transport.publish("g", "after") == 5  # seqs are never reused
 
     @requires("supports_control_plane", CONTROL)
@@ -268,21 +268,21 @@ class ControlPlaneRules(ContractBase):
         info = transport.group("g")
         assert type(info).__name__ == "GroupInfo" and isinstance(info, tuple)
         assert getattr(info, "_fields", None) == GROUP_INFO_FIELDS
-        assert tuple(info) == ("g", 3, 2, "ready", False, 1, None, None, None, None)
+        assert tuple(info) == ("g", 3, 2, "ready", False, 1, None, None, None, None, None)
         lease = transport.claim("w", 30)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", False, 1, "w", 1030.0, 1, 1000.0)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", False, 1, "w", 1030.0, 1, 1000.0, None)
         transport.pause("g")
-        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", True, 1, "w", 1030.0, 1, 1000.0)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", True, 1, "w", 1030.0, 1, 1000.0, None)
         clock.advance(5)
         transport.nack(lease, 50)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", True, 1, PARKED, 1055.0, 1, 1000.0)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", True, 1, PARKED, 1055.0, 1, 1000.0, None)
         transport.resume("g")  # lifts the pause and ends the park
-        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1000.0)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1000.0, None)
         lease = transport.claim("w", 10)
         transport.nack(lease, 50)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", False, 1, PARKED, 1055.0, 2, 1005.0)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", False, 1, PARKED, 1055.0, 2, 1005.0, None)
         clock.advance(51)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1005.0)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1005.0, None)
         assert transport.group("unknown") is None
 
     @requires("supports_control_plane", CONTROL)
@@ -309,9 +309,9 @@ class ControlPlaneRules(ContractBase):
         assert isinstance(snapshot, list)
         assert sorted(snapshot) == sorted([transport.group("a"), transport.group("b"), transport.group("c")])
         assert sorted(tuple(info) for info in snapshot) == [
-            ("a", 2, 1, "leased", False, 1, "w", 1030.0, 1, 1000.0),
-            ("b", 0, 2, "ready", False, 2, None, None, None, None),
-            ("c", 0, 0, "paused", True, None, None, None, None, None),
+            ("a", 2, 1, "leased", False, 1, "w", 1030.0, 1, 1000.0, None),
+            ("b", 0, 2, "ready", False, 2, None, None, None, None, None),
+            ("c", 0, 0, "paused", True, None, None, None, None, None, None),
         ]
         transport.ack(lease)
         assert sorted(info.group_id for info in transport.groups()) == ["b", "c"]

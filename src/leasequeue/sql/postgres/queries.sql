@@ -51,7 +51,7 @@ SELECT leasequeue.extend(%s, %s, %s, %s, %s, %s, %s);
 
 -- name: stats --
 -- Counts as of now: queue, now.
-SELECT messages, groups, leased, parked, paused FROM leasequeue.stats(%s, %s);
+SELECT messages, groups, leased, parked, paused, buried FROM leasequeue.stats(%s, %s);
 
 -- name: count --
 -- Messages held by a queue.
@@ -80,7 +80,7 @@ SELECT leasequeue.set_priority(%s, %s, %s);
 -- name: group_info --
 -- One group (or all with NULL) as of now: queue, group, now.
 SELECT group_id, priority, messages, paused, lock_state, head_seq, lock_worker, expires_at, attempt,
-       last_claimed_at
+       last_claimed_at, reason
 FROM leasequeue.group_info(%s, %s, %s);
 
 -- name: listen_register --
@@ -94,3 +94,24 @@ SELECT leasequeue.listen_unregister(%s);
 -- name: release_token --
 -- Free the lease an interrupted waiting claim may have made: queue, token -> leases freed.
 SELECT leasequeue.release_token(%s, %s);
+
+-- name: bury --
+-- Quarantine the group of a current delivery: queue, group, seq, attempt, worker, reason -> current?
+SELECT leasequeue.bury(%s, %s, %s, %s, %s, %s);
+
+-- name: skip --
+-- Remove a group's head unless a live lease holds it: queue, group, now -> removed?
+SELECT leasequeue.skip(%s, %s, %s);
+
+-- name: peek --
+-- The oldest messages of a group, head first, with deliveries so far (only the head
+-- has any): count, queue, group -> seq, payload, attempt.  A range of the messages'
+-- primary key: O(log G + count).
+SELECT m.seq, m.payload, CASE WHEN m.seq = h.head THEN g.attempt ELSE 0 END
+FROM leasequeue.groups g
+CROSS JOIN LATERAL (SELECT x.seq, x.payload FROM leasequeue.messages x
+                    WHERE x.queue = g.queue AND x.group_id = g.group_id ORDER BY x.seq LIMIT %s) m
+CROSS JOIN LATERAL (SELECT min(y.seq) AS head FROM leasequeue.messages y
+                    WHERE y.queue = g.queue AND y.group_id = g.group_id) h
+WHERE g.queue = %s AND g.group_id = %s
+ORDER BY m.seq;

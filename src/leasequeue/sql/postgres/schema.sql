@@ -1,7 +1,14 @@
--- leasequeue schema for PostgreSQL, version 1.
+-- leasequeue schema for PostgreSQL, version 2.
 --
 -- Idempotent: PostgresTransport.install(conninfo) runs this whole file in one
 -- transaction (under an advisory lock, so concurrent installs do not race).
+-- This file is the latest schema: the tables as CREATE ... IF NOT EXISTS (a
+-- new database gets them whole), every function as CREATE OR REPLACE.  A
+-- database of an older version is first brought up to this one, in the same
+-- transaction, by the numbered files of migrations/ (NNNN_name.sql upgrades
+-- version NNNN - 1 to NNNN): they hold the table and index changes, and drop
+-- the functions whose argument or result types change; this file then
+-- (re)creates every function.
 -- Every object lives in the schema "leasequeue"; several named queues share
 -- the tables, each row carrying its queue's id.
 --
@@ -47,8 +54,8 @@ CREATE TABLE IF NOT EXISTS leasequeue.groups (
     rr_key          bigint,            -- first seq - 2^62 if never claimed, else claim number; NULL: paused, never held a message
     has_messages    boolean NOT NULL DEFAULT true,
     paused          boolean NOT NULL DEFAULT false,
-    lock_state      smallint NOT NULL DEFAULT 0,  -- 0 free, 1 leased, 2 parked
-    lock_worker     text,              -- the holder, '__parked__' for a park
+    lock_state      smallint NOT NULL DEFAULT 0,  -- 0 free, 1 leased, 2 parked, 3 buried (no end)
+    lock_worker     text,              -- the holder, '__parked__' for a park, the buried delivery's worker
     expires_at      double precision,  -- end of the lease or park ('Infinity': never)
     attempt         bigint NOT NULL DEFAULT 0,    -- deliveries of the head message so far
     open            boolean NOT NULL DEFAULT false, -- the head's latest delivery is current
@@ -57,6 +64,10 @@ CREATE TABLE IF NOT EXISTS leasequeue.groups (
     last_claimed_at double precision,
     claim_token     bigint,            -- set by a waiting claim: lets it give the lease back if interrupted
     created         bigint NOT NULL DEFAULT nextval('leasequeue.created'),
+    -- Version 2: the bury reason while buried (lock_state 3), else NULL.  A
+    -- buried group is not ready (lock_state <> 0) and has no lock end
+    -- (expires_at NULL): the indexes need no change.  Last, as migration 0002 adds it.
+    reason          text,
     PRIMARY KEY (queue, group_id)
 );
 ALTER TABLE leasequeue.groups ADD COLUMN IF NOT EXISTS claim_token bigint;
@@ -705,7 +716,8 @@ END $$;
 -- ------------------------------------------------------------------ reading
 
 CREATE OR REPLACE FUNCTION leasequeue.stats(p_queue int, p_now double precision,
-    OUT messages bigint, OUT groups bigint, OUT leased bigint, OUT parked bigint, OUT paused bigint)
+    OUT messages bigint, OUT groups bigint, OUT leased bigint, OUT parked bigint, OUT paused bigint,
+    OUT buried bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -718,8 +730,9 @@ BEGIN
     SELECT count(*) FILTER (WHERE g.has_messages),
            count(*) FILTER (WHERE g.lock_state = 1 AND g.expires_at >= v_now),
            count(*) FILTER (WHERE g.lock_state = 2 AND g.expires_at >= v_now),
-           count(*) FILTER (WHERE g.paused)
-    INTO groups, leased, parked, paused
+           count(*) FILTER (WHERE g.paused),
+           count(*) FILTER (WHERE g.lock_state = 3)
+    INTO groups, leased, parked, paused, buried
     FROM leasequeue.groups g WHERE g.queue = p_queue;
 END $$;
 
@@ -765,18 +778,21 @@ BEGIN
     PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
     SELECT * INTO v_g FROM leasequeue.groups
     WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
-    IF NOT FOUND OR NOT (v_g.paused OR v_g.lock_state = 2) THEN
+    IF NOT FOUND OR NOT (v_g.paused OR v_g.lock_state IN (2, 3)) THEN
         RETURN false;
     END IF;
     IF NOT v_g.has_messages THEN
         DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;  -- forgotten
         RETURN true;
     END IF;
+    -- A park ends and a bury (lock_state 3) is lifted: the head is claimable
+    -- again, its next delivery attempt + 1.
     UPDATE leasequeue.groups
     SET paused = false,
-        lock_state = CASE WHEN lock_state = 2 THEN 0 ELSE lock_state END,
-        lock_worker = CASE WHEN lock_state = 2 THEN NULL ELSE lock_worker END,
-        expires_at = CASE WHEN lock_state = 2 THEN NULL ELSE expires_at END
+        lock_state = CASE WHEN lock_state IN (2, 3) THEN 0 ELSE lock_state END,
+        lock_worker = CASE WHEN lock_state IN (2, 3) THEN NULL ELSE lock_worker END,
+        expires_at = CASE WHEN lock_state = 2 THEN NULL ELSE expires_at END,
+        reason = NULL
     WHERE queue = p_queue AND group_id = p_group;
     IF v_g.lock_state <> 1 THEN
         SELECT seq INTO v_head FROM leasequeue.messages
@@ -823,7 +839,7 @@ END $$;
 CREATE OR REPLACE FUNCTION leasequeue.group_info(p_queue int, p_group text, p_now double precision)
 RETURNS TABLE (group_id text, priority bigint, messages bigint, paused boolean, lock_state smallint,
                head_seq bigint, lock_worker text, expires_at double precision, attempt bigint,
-               last_claimed_at double precision)
+               last_claimed_at double precision, reason text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -835,7 +851,7 @@ BEGIN
     RETURN QUERY
     SELECT g.group_id, g.priority, coalesce(m.n, 0), g.paused,
            CASE WHEN g.lock_state <> 0 AND g.expires_at < v_now THEN 0::smallint ELSE g.lock_state END,
-           m.head, g.lock_worker, g.expires_at, g.attempt, g.last_claimed_at
+           m.head, g.lock_worker, g.expires_at, g.attempt, g.last_claimed_at, g.reason
     FROM leasequeue.groups g
     LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.messages x
                        WHERE x.queue = g.queue AND x.group_id = g.group_id) m ON true
@@ -843,5 +859,84 @@ BEGIN
     ORDER BY g.created;
 END $$;
 
-INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '1')
+-- ------------------------------------------------------------------ quarantine (version 2)
+
+-- Bury the current delivery (else false, nothing changed): it ends, its
+-- message stays at the group's head, and the group is served by no claim
+-- (lock_state 3: not ready, no end) until resume or skip.  The worker and
+-- attempt stay for group_info.
+CREATE OR REPLACE FUNCTION leasequeue.bury(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
+                                           p_worker text, p_reason text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+BEGIN
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    IF v_g.group_id IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE leasequeue.groups
+    SET lock_state = 3, lock_worker = p_worker, expires_at = NULL, open = false, reason = p_reason
+    WHERE queue = p_queue AND group_id = p_group;
+    RETURN true;
+END $$;
+
+-- Remove the group's head unless a lease that has not expired (at the
+-- operation's time) holds it; any park, bury or delivery of it ends with
+-- it.  The next message becomes the head (claimable and announced unless
+-- the group is paused); an emptied group is forgotten unless paused.  A
+-- group never claimed is ordered by its oldest message: it is keyed by its
+-- new head (an emptied one by its next publish).  False, nothing changed,
+-- for an unknown group, an empty paused one, or a live lease.
+CREATE OR REPLACE FUNCTION leasequeue.skip(p_queue int, p_group text, p_now double precision)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_now double precision;
+    v_head bigint;
+    v_next bigint;
+BEGIN
+    -- The group's advisory lock first (then rows: expire skips the rows others
+    -- hold and never waits), as every other write to one group takes them.
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    v_now := leasequeue.time_now(p_queue, p_now);
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    PERFORM leasequeue.expire(p_queue, v_now);
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.has_messages OR (v_g.lock_state = 1 AND v_g.expires_at >= v_now) THEN
+        RETURN false;
+    END IF;
+    SELECT seq INTO v_head FROM leasequeue.messages
+    WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+    DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group AND seq = v_head;
+    SELECT seq INTO v_next FROM leasequeue.messages
+    WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+    IF v_next IS NULL AND NOT v_g.paused THEN
+        DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+        RETURN true;
+    END IF;
+    UPDATE leasequeue.groups
+    SET has_messages = (v_next IS NOT NULL), lock_state = 0, lock_worker = NULL, expires_at = NULL,
+        attempt = 0, open = false, lease_seq = NULL, lease_worker = NULL, reason = NULL,
+        rr_key = CASE WHEN v_g.last_claimed_at IS NOT NULL THEN rr_key
+                      WHEN v_next IS NULL THEN NULL
+                      ELSE v_next - 4611686018427387904 END
+    WHERE queue = p_queue AND group_id = p_group;
+    IF v_next IS NOT NULL AND NOT v_g.paused THEN
+        PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_next);
+    END IF;
+    RETURN true;
+END $$;
+
+-- A restored pg_dump holds each queue's message sequence as the number
+-- (OID) it had in the dumped database, which names another object, or
+-- none, here: re-derive it from the sequence's name (register_queue's
+-- 'leasequeue.seq_<id>').  Run by every install(); a no-op otherwise.
+UPDATE leasequeue.queues q
+SET seq_oid = to_regclass('leasequeue.seq_' || q.id)::oid
+WHERE to_regclass('leasequeue.seq_' || q.id) IS NOT NULL
+  AND q.seq_oid IS DISTINCT FROM to_regclass('leasequeue.seq_' || q.id)::oid;
+
+INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '2')
 ON CONFLICT (key) DO NOTHING;

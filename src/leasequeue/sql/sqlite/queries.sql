@@ -259,8 +259,10 @@ UPDATE lq_groups SET lock = 1, expires_at = ?5
 WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
 
 -- name: counts --
--- stats(): messages, groups, leased, parked, paused, buried: the one row lq_state, O(1).
-SELECT messages, groups, leased, parked, paused, buried FROM lq_state WHERE id = 1;
+-- stats(): messages, groups, leased, parked, paused, buried: the rows lq_state and
+-- lq_quarantine, O(1).
+SELECT messages, groups, leased, parked, paused, (SELECT buried FROM lq_quarantine WHERE id = 1)
+FROM lq_state WHERE id = 1;
 
 -- name: count_messages --
 -- len() (read only).
@@ -293,8 +295,8 @@ UPDATE lq_state SET paused = paused + ?1 WHERE id = 1;
 
 -- name: resume --
 -- Lift a pause, end a park and lift a bury (the parked or buried message is claimable
--- now, attempt unchanged; lq_lock_changed counts the park out, count_resumed the pause
--- and the bury).  A group that holds nothing is forgotten after it (forget_group).
+-- now, attempt unchanged; lq_lock_changed counts the park out, count_paused the pause
+-- and count_buried the bury).  A group that holds nothing is forgotten after it (forget_group).
 UPDATE lq_groups SET
     paused = 0,
     expires_at = CASE WHEN lock = 2 THEN NULL ELSE expires_at END,
@@ -303,9 +305,6 @@ UPDATE lq_groups SET
     lock = CASE WHEN lock IN (2, 3) THEN 0 ELSE lock END
 WHERE gid = ?1;
 
--- name: count_resumed --
--- resume lifted ?1 pauses (0 or 1) and ?2 burials (0 or 1): count them out.
-UPDATE lq_state SET paused = paused - ?1, buried = buried - ?2 WHERE id = 1;
 
 -- name: purge_messages --
 -- Remove every message of a group.
@@ -317,10 +316,9 @@ DELETE FROM lq_groups WHERE gid = ?1;
 
 -- name: count_purged --
 -- A group holding ?1 messages (?2: 1 if it was paused, ?3 if its head was leased,
--- ?4 if parked, ?5 if buried) was purged: count it out.
+-- ?4 if parked) was purged: count it out (a bury: count_buried).
 UPDATE lq_state SET
-    messages = messages - ?1, groups = groups - (?1 > 0), paused = paused - ?2, leased = leased - ?3,
-    parked = parked - ?4, buried = buried - ?5
+    messages = messages - ?1, groups = groups - (?1 > 0), paused = paused - ?2, leased = leased - ?3, parked = parked - ?4
 WHERE id = 1;
 
 -- name: set_priority --
@@ -342,14 +340,17 @@ FROM lq_groups ORDER BY gid;
 -- ---------------------------------------------------------------- quarantine (version 4)
 
 -- name: bury_count --
--- Before bury (?1-?4 its lease): the lease, if current and held, is counted out and
--- one burial in (the operation rolls back if bury finds the lease not current).
+-- Before bury (?1-?4 its lease): the lease, if current and held, is counted out (the
+-- operation rolls back if bury finds the lease not current; count_buried counts it in).
 UPDATE lq_state SET
     leased = leased - (
         SELECT count(*) FROM lq_groups
-        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1),
-    buried = buried + 1
+        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1)
 WHERE id = 1;
+
+-- name: count_buried --
+-- ?1 groups were buried (or, negative, unburied by resume, skip or purge).
+UPDATE lq_quarantine SET buried = buried + ?1 WHERE id = 1;
 
 -- name: bury --
 -- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker) and bury its
@@ -363,12 +364,9 @@ WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder =
 SELECT gid, paused, lock, messages, head_seq FROM lq_groups WHERE group_id = ?1;
 
 -- name: skip_count --
--- Before skip (?1 the gid): its head's park or burial is counted out (lq_acked,
--- fired by skip, counts the message, and the group if it is emptied).
-UPDATE lq_state SET
-    parked = parked - (SELECT lock = 2 FROM lq_groups WHERE gid = ?1),
-    buried = buried - (SELECT lock = 3 FROM lq_groups WHERE gid = ?1)
-WHERE id = 1;
+-- Before skip (?1 the gid): its head's park is counted out (lq_acked, fired by skip,
+-- counts the message, and the group if it is emptied; a bury: count_buried).
+UPDATE lq_state SET parked = parked - (SELECT lock = 2 FROM lq_groups WHERE gid = ?1) WHERE id = 1;
 
 -- name: skip --
 -- Remove the head of group ?1 (not under a live lease: the caller checked) and move the

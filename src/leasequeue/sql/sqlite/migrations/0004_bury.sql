@@ -7,10 +7,14 @@
 -- A buried group is lq_groups.lock = 3 (its head stays, no lock end), so
 -- nothing already stored changes meaning: every version-3 row is a valid
 -- version-4 row, and the indexes and triggers stay as they are.  The new
--- columns go last, as in schema.sql.
+-- column goes last, as in schema.sql.
 
 -- The count of buried groups (stats().buried): none yet.
-ALTER TABLE lq_state ADD COLUMN buried INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE lq_quarantine (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    buried  INTEGER NOT NULL
+);
+INSERT INTO lq_quarantine (id, buried) VALUES (1, 0);
 
 -- The bury reason while buried, else NULL.
 ALTER TABLE lq_groups ADD COLUMN reason TEXT;

@@ -1,0 +1,198 @@
+"""SPEC Part 4, "Upgrades keep data", on PostgreSQL: a schema written by the
+previous release (leasequeue 0.3, schema version 1) is upgraded in place by
+``install()``, in one transaction, with every message, lease, park, pause
+and counter kept; a schema of a newer release is refused and left untouched.
+
+The store is ``tests/fixtures/postgres-schema1.sql``, a ``pg_dump`` (plain
+SQL) of a database the old code itself filled
+(``tests/fixtures/make_upgrade_fixtures.py``, run against commit d13ce49),
+restored into a fresh database of the suite's server; ``postgres-schema1.json``
+holds what the old code reported on it and the claims it gave next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any, Dict, Iterator, List
+
+import psycopg
+import pytest
+
+import leasequeue
+from leasequeue import LeaseLost, LeaseQueueError, PostgresTransport
+from leasequeue import _postgres
+from leasequeue._sqlfiles import load_migrations
+from leasequeue.testing import ManualClock
+
+from fixtures.make_upgrade_fixtures import STOP, continue_after, report, restore_dump
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+with open(os.path.join(FIXTURES, "postgres-schema1.sql")) as _f:
+    DUMP = _f.read()
+with open(os.path.join(FIXTURES, "postgres-schema1.json")) as _f:
+    RECORD: Dict[str, Any] = json.load(_f)
+QUEUE = RECORD["queue"]
+
+
+@pytest.fixture
+def new_database(conninfo: str) -> Iterator[Any]:
+    """A factory of fresh, empty databases on the suite's server (dropped at the end)."""
+    made: List[str] = []
+
+    def make() -> str:
+        name = f"lq_upgrade_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return psycopg.conninfo.make_conninfo(conninfo, dbname=name)
+
+    yield make
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for name in made:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def old_database(new_database: Any) -> str:
+    """A fresh database holding the old release's dump, not yet upgraded."""
+    target = new_database()
+    restore_dump(target, DUMP)
+    return target
+
+
+def version_of(conninfo: str) -> str:
+    with psycopg.connect(conninfo) as conn:
+        return conn.execute("SELECT value FROM leasequeue.meta WHERE key = 'schema_version'").fetchone()[0]
+
+
+def fingerprint(conninfo: str, *, with_data: bool = True) -> Dict[str, Any]:
+    """The schema's columns, indexes and functions (with their bodies), and
+    (with_data) every row of its tables: what "untouched" and "alike" compare."""
+    with psycopg.connect(conninfo) as conn:
+        out: Dict[str, Any] = {
+            "columns": conn.execute(
+                "SELECT table_name, column_name, data_type, is_nullable, column_default, ordinal_position"
+                " FROM information_schema.columns WHERE table_schema = 'leasequeue'"
+                " ORDER BY table_name, ordinal_position").fetchall(),
+            "indexes": conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'leasequeue' ORDER BY 1").fetchall(),
+            "functions": conn.execute(
+                "SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid),"
+                " p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                " WHERE n.nspname = 'leasequeue' ORDER BY 1, 2").fetchall(),
+        }
+        if with_data:
+            for table in ("meta", "queues", "groups", "messages"):
+                out[table] = conn.execute(f"SELECT * FROM leasequeue.{table} ORDER BY 1, 2").fetchall()
+        return out
+
+
+def test_the_dump_is_of_the_previous_schema(old_database: str) -> None:
+    """The restored dump is the old release's schema; the new code will not
+    use it before install() upgraded it (a clear error, nothing changed)."""
+    assert version_of(old_database) == "1"
+    assert _postgres.SCHEMA_VERSION == 2
+    before = fingerprint(old_database)
+    with pytest.raises(LeaseQueueError, match="version 1, older than this leasequeue's .*run leasequeue"):
+        PostgresTransport(old_database, queue=QUEUE)
+    assert fingerprint(old_database) == before
+
+
+def test_install_upgrades_a_dump_of_the_previous_release(old_database: str) -> None:
+    """After install(): stats() and groups() say what the old code said; the
+    old live lease, rebuilt from its fields, is acked; the next seq follows
+    the old last one (the queue's sequence found again after the restore);
+    the claims then come in the order the old code gave, with the old
+    attempt counts."""
+    PostgresTransport.install(old_database)
+    assert version_of(old_database) == "2"
+    clock = ManualClock(STOP)
+    with PostgresTransport(old_database, queue=QUEUE, clock=clock) as t:
+        assert report(t) == RECORD["at_stop"]
+        stats = t.stats()
+        assert stats.buried == 0 and tuple(stats[:5]) == tuple(RECORD["at_stop"]["stats"])
+        assert all(info.reason is None for info in t.groups())
+        assert continue_after(t, clock, leasequeue.Lease, RECORD["live_lease"]) == RECORD["continued"]
+
+
+def test_the_new_operations_work_on_an_upgraded_schema(old_database: str) -> None:
+    """peek shows the old messages and their delivery counts; the old lease
+    can be buried; skip and resume act on the old groups; a second install()
+    changes nothing."""
+    PostgresTransport.install(old_database)
+    live = RECORD["live_lease"]
+    clock = ManualClock(STOP)
+    with PostgresTransport(old_database, queue=QUEUE, clock=clock) as t:
+        assert [tuple(m) for m in t.peek("order-1", 5)] == [
+            (2, {"step": "a1"}, 1), (4, {"step": "a2"}, 0), (9, {"step": "a3"}, 0)]
+        lease = leasequeue.Lease(live["seq"], live["group_id"], live["event"], live["worker_id"],
+                                 live["expires_at"], live["attempt"])
+        t.bury(lease, "poison")
+        info = t.group("order-1")
+        assert (info.state, info.reason, info.worker_id, info.attempt, info.expires_at) == (
+            "buried", "poison", "w-live", 1, None)
+        assert t.stats().buried == 1
+        with pytest.raises(LeaseLost):
+            t.ack(lease)
+        assert t.skip("order-3") is True  # the parked head goes, the park with it
+        assert [m.seq for m in t.peek("order-3", 5)] == [7]
+    before = fingerprint(old_database)
+    PostgresTransport.install(old_database)
+    assert fingerprint(old_database) == before
+
+
+def test_an_upgraded_schema_is_the_schema_of_a_new_install(old_database: str, new_database: Any) -> None:
+    """The migrations plus schema.sql bring the old schema to exactly the
+    columns, indexes and functions that a new database gets."""
+    PostgresTransport.install(old_database)
+    fresh = new_database()
+    PostgresTransport.install(fresh)
+    assert fingerprint(old_database, with_data=False) == fingerprint(fresh, with_data=False)
+
+
+def test_install_upgrades_in_one_transaction(old_database: str, monkeypatch: Any) -> None:
+    """A failure part-way through the upgrade (here: after the migration, in
+    an extra statement) leaves the old schema and its data exactly as they
+    were; a later install() upgrades it."""
+    before = fingerprint(old_database)
+    real = _postgres.load_script
+
+    def failing(backend: str, filename: str = "schema.sql") -> str:
+        script = real(backend, filename)
+        if filename.startswith("migrations/"):
+            script += "\nSELECT no_such_column FROM leasequeue.meta;\n"
+        return script
+
+    monkeypatch.setattr(_postgres, "load_script", failing)
+    with pytest.raises(LeaseQueueError, match="no_such_column"):
+        PostgresTransport.install(old_database)
+    assert fingerprint(old_database) == before
+    monkeypatch.setattr(_postgres, "load_script", real)
+    PostgresTransport.install(old_database)
+    assert version_of(old_database) == "2"
+
+
+def test_a_schema_of_a_newer_release_is_refused_untouched(new_database: Any) -> None:
+    """install() and PostgresTransport() refuse a schema newer than this
+    code's, with a clear error, and change nothing in it."""
+    target = new_database()
+    PostgresTransport.install(target)
+    newer = _postgres.SCHEMA_VERSION + 1
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("UPDATE leasequeue.meta SET value = %s WHERE key = 'schema_version'", (str(newer),))
+        # Something the newer release "changed": install() must not undo it.
+        conn.execute("CREATE OR REPLACE FUNCTION leasequeue.stats_newer() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    before = fingerprint(target)
+    with pytest.raises(LeaseQueueError, match=f"version {newer}, newer than this leasequeue"):
+        PostgresTransport.install(target)
+    with pytest.raises(LeaseQueueError, match=f"version {newer}, newer than this leasequeue"):
+        PostgresTransport(target, queue="q")
+    assert fingerprint(target) == before
+
+
+def test_the_migrations_are_numbered_without_gaps() -> None:
+    """One file per version from the oldest upgradable one up to this code's."""
+    versions = [version for version, _ in load_migrations("postgres")]
+    assert versions == list(range(_postgres.OLDEST_UPGRADABLE + 1, _postgres.SCHEMA_VERSION + 1))
