@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         "on one server (its own options: leasequeue bench --postgres --help)",
     )
     b.add_argument(
+        "--worker",
+        action="store_true",
+        help="run the worker benchmark instead: leasequeue.Worker against a bare loop, dramatiq, huey, "
+        "procrastinate and PGQueuer (its own options: leasequeue bench --worker --help)",
+    )
+    b.add_argument(
         "--from-json",
         metavar="FILE",
         help="measure nothing: re-render the report (and --plot/--markdown) from a saved --json FILE",
@@ -219,11 +225,16 @@ def _bench(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``leasequeue`` console script and ``python -m leasequeue``."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["bench"] and "--postgres" in args_list[1:]:
+    if args_list[:1] == ["bench"] and "--postgres" in args_list[1:] and "--worker" not in args_list[1:]:
         # The PostgreSQL benchmark has options of its own (--conninfo, --sync, ...).
         from .bench.postgres import main as postgres_main
 
         return postgres_main([a for a in args_list[1:] if a != "--postgres"])
+    if args_list[:1] == ["bench"] and "--worker" in args_list[1:]:
+        # The worker benchmark (its own --postgres means "also PostgreSQL").
+        from .bench.worker import main as worker_main
+
+        return worker_main([a for a in args_list[1:] if a != "--worker"])
     if args_list[:1] == ["bench"] and "--sqlite" in args_list[1:]:
         from .bench.sqlite import main as sqlite_main
 
