@@ -892,6 +892,8 @@ class Worker:
                             state.alive)
                         warned = True
                     await wakeup.wait()
+                elif remaining == math.inf:
+                    await wakeup.wait()
                 else:
                     try:
                         await asyncio.wait_for(wakeup.wait(), remaining)
@@ -1099,7 +1101,7 @@ class Worker:
                 break
             wakeup.clear()
             try:
-                await asyncio.wait_for(wakeup.wait(), remaining)
+                await asyncio.wait_for(wakeup.wait(), None if remaining == math.inf else remaining)
             except asyncio.TimeoutError:
                 break
         if tasks:
