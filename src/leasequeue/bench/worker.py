@@ -600,6 +600,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     mode.add_argument("--smoke", action="store_true", help="seconds; checks that everything runs")
     parser.add_argument("--jobs", type=int, help="jobs per in-memory run (SQLite: a tenth)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (best kept)")
+    parser.add_argument("--samples", type=int, help="latency samples per runner (default 200; --smoke 20)")
     parser.add_argument("--postgres", action="store_true", help="also PostgreSQL with 8 worker processes")
     parser.add_argument("--conninfo", help="the PostgreSQL server (default: a throwaway one)")
     parser.add_argument("--pg-jobs", type=int, default=5000, help="jobs per PostgreSQL run (default 5000)")
@@ -608,7 +609,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     n = args.jobs or (2000 if args.smoke else 20000)
     rounds = args.rounds or (1 if args.smoke else 3)
-    samples = 20 if args.smoke else 200
+    samples = args.samples or (20 if args.smoke else 200)
     pg_n = 200 if args.smoke else args.pg_jobs
     server = None
     conninfo = args.conninfo
