@@ -35,7 +35,9 @@ def rows_say(db: sqlite3.Connection) -> tuple[int, ...]:
 
 
 def state_says(db: sqlite3.Connection) -> tuple[int, ...]:
-    return db.execute("SELECT s.messages, s.groups, s.leased, s.parked, s.paused, q.buried FROM lq_state AS s, lq_quarantine AS q").fetchone()
+    return db.execute(
+        "SELECT s.messages, s.groups, s.leased, s.parked, s.paused, q.buried FROM lq_state AS s, lq_quarantine AS q"
+    ).fetchone()
 
 
 @pytest.mark.parametrize("seed", range(4))

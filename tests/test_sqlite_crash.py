@@ -223,10 +223,13 @@ def check_counters(db: sqlite3.Connection) -> None:
         db.execute("SELECT count(*) FROM lq_groups WHERE lock = 1").fetchone()[0],
         db.execute("SELECT count(*) FROM lq_groups WHERE lock = 2").fetchone()[0],
         db.execute("SELECT count(*) FROM lq_groups WHERE paused = 1").fetchone()[0],
+        db.execute("SELECT count(*) FROM lq_groups WHERE lock = 3").fetchone()[0],
     )
     assert state == actual
-    # the expiry index holds exactly the locked groups: a lock has an end, a free group none
-    assert db.execute("SELECT count(*) FROM lq_groups WHERE (lock != 0) != (expires_at IS NOT NULL)").fetchone() == (0,)
+    # the expiry index holds exactly the leased and parked groups: a lease or park has
+    # an end, a free or buried group none
+    assert db.execute(
+        "SELECT count(*) FROM lq_groups WHERE (lock IN (1, 2)) != (expires_at IS NOT NULL)").fetchone() == (0,)
     bad = db.execute(
         "SELECT g.group_id FROM lq_groups g LEFT JOIN "
         "(SELECT gid, count(*) AS n, min(seq) AS head FROM lq_messages GROUP BY gid) m USING (gid) "

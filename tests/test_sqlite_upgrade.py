@@ -180,3 +180,31 @@ def test_the_migrations_are_numbered_without_gaps() -> None:
     """One file per version from the oldest upgradable one up to this code's."""
     versions = [version for version, _ in load_migrations("sqlite")]
     assert versions == list(range(_sqlite.OLDEST_UPGRADABLE + 1, _sqlite.SCHEMA_VERSION + 1))
+
+
+OPENER = r"""
+import sys
+from leasequeue import SQLiteTransport
+from leasequeue.testing import ManualClock
+with SQLiteTransport(sys.argv[1], clock=ManualClock(float(sys.argv[2]))) as t:
+    print(list(t.stats()), flush=True)
+"""
+
+
+def test_processes_opening_an_old_file_at_once_upgrade_it_once(tmp_path: Any) -> None:
+    """Four processes open the old file at the same moment: one upgrades it
+    (under SQLite's write lock), the others wait and find it upgraded; all
+    see the old state."""
+    import subprocess
+    import sys
+
+    path = old_file(tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, path, str(STOP)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outs]
+    assert {out.strip() for out, _ in outs} == {str(RECORD["at_stop"]["stats"] + [0])}
+    assert version_of(path) == (4, 4)
+    with SQLiteTransport(path, clock=ManualClock(STOP)) as t:
+        assert report(t) == RECORD["at_stop"]

@@ -241,7 +241,8 @@ class PostgresTransport:
                         if found is not None:
                             _upgrade(conn, int(found[0]))
                     conn.execute(load_script("postgres"))
-                    version = int(conn.execute(_Q["schema_version"]).fetchone()[0])
+                    row = conn.execute(_Q["schema_version"]).fetchone()
+                    version = int(row[0]) if row is not None else 0
                     if version != SCHEMA_VERSION:  # a packaging error; rolled back
                         raise LeaseQueueError(f"install left schema version {version}, not {SCHEMA_VERSION}")
         except psycopg.Error as exc:

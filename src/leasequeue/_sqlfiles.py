@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 __all__ = ["load_migrations", "load_queries", "load_script", "load_statements"]
 
@@ -23,8 +23,13 @@ _MIGRATION = re.compile(r"^([0-9]{4})_[A-Za-z0-9_]+\.sql$")
 _HEADER = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*--\s*$", re.MULTILINE)
 
 
+def _folder(backend: str) -> Any:
+    """Where a backend's SQL files are (a ``Traversable``)."""
+    return resources.files("leasequeue") / "sql" / backend
+
+
 def _read(backend: str, filename: str) -> str:
-    path = resources.files("leasequeue") / "sql" / backend
+    path = _folder(backend)
     for part in filename.split("/"):
         path = path / part
     return path.read_text(encoding="utf-8")
@@ -59,7 +64,7 @@ def load_migrations(backend: str) -> List[Tuple[int, str]]:
     or ``load_statements``) upgrades version ``version - 1`` to ``version``.
     Two files of one version, or a file whose name does not follow the
     pattern, are a packaging error (``ValueError``)."""
-    folder = resources.files("leasequeue") / "sql" / backend / "migrations"
+    folder = _folder(backend) / "migrations"
     found: Dict[int, str] = {}
     if folder.is_dir():
         for entry in folder.iterdir():

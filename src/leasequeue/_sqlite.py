@@ -10,10 +10,12 @@ How it works:
   ``lq_messages`` (seq = row id, the group, the serialized event) and
   ``lq_groups`` (priority, round-robin key, the lock of the head message:
   free, leased, parked or buried, holder, end, attempt count, whether the
-  delivery is open; paused; the bury reason; last claim time).  One row ``lq_state`` holds the shared counters: the last seq,
-  the claim counter (round-robin keys), the transport's time and the counts
-  of messages, groups, leases, parks and pauses, kept by the statements that
-  change them (``stats()`` reads this row alone: O(1)).  A publish and an ack
+  delivery is open; paused; the bury reason; last claim time).  One row
+  ``lq_state`` holds the shared counters: the last seq, the claim counter
+  (round-robin keys), the transport's time and the counts of messages,
+  groups, leases, parks and pauses (and one row ``lq_quarantine`` the count
+  of buried groups), kept by the statements that change them (``stats()``
+  reads these two rows alone: O(1)).  A publish and an ack
   each fire one trigger; no other hot statement fires any (a trigger's
   sub-program costs more than a statement).
 * Every operation is one ``BEGIN IMMEDIATE`` transaction (SQLite's one write

@@ -208,3 +208,19 @@ def test_bury_skip_peek_use_indexes_at_100k_groups(conninfo: str, make_pg: Any) 
                 if "Seq Scan" in line:
                     assert "groups" not in line and "messages" not in line, f"{name}: sequential scan\n{text}"
     assert [m.seq for m in t.peek(lease.group_id, 3)] == [lease.seq + 100000 * k for k in (1,)]
+
+
+def test_skip_on_the_server_clock(pg: Any) -> None:
+    """With the server's clock (no injected one): a live lease holds the head,
+    one that ran out does not (and stops being current)."""
+    import time
+
+    pg.publish("g", "g1")
+    pg.publish("g", "g2")
+    lease = pg.claim("w", 2.0)
+    assert pg.skip("g") is False
+    time.sleep(2.5)  # the lease runs out by the server's clock
+    assert pg.skip("g") is True
+    with pytest.raises(LeaseLost):
+        pg.ack(lease)
+    assert [m.event for m in pg.peek("g", 5)] == ["g2"]

@@ -196,3 +196,28 @@ def test_the_migrations_are_numbered_without_gaps() -> None:
     """One file per version from the oldest upgradable one up to this code's."""
     versions = [version for version, _ in load_migrations("postgres")]
     assert versions == list(range(_postgres.OLDEST_UPGRADABLE + 1, _postgres.SCHEMA_VERSION + 1))
+
+
+def test_concurrent_installs_upgrade_once(old_database: str) -> None:
+    """Three install() calls at once on the old schema (three deploy jobs):
+    the advisory lock makes them take turns; the first upgrades, the others
+    find version 2; the state is the old one."""
+    import threading
+
+    errors: List[BaseException] = []
+
+    def install() -> None:
+        try:
+            PostgresTransport.install(old_database)
+        except BaseException as exc:  # noqa: B036 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=install) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    assert version_of(old_database) == "2"
+    with PostgresTransport(old_database, queue=QUEUE, clock=ManualClock(STOP)) as t:
+        assert report(t) == RECORD["at_stop"]
