@@ -208,7 +208,7 @@ def load_handler(target: str) -> Callable[..., Any]:
             raise CliError(f"{module_name!r} has no attribute {attr!r}", 2) from None
     if not callable(obj):
         raise CliError(f"{target} is not callable", 2)
-    return obj  # type: ignore[no-any-return]
+    return obj  # type: ignore[no-any-return,unused-ignore]
 
 
 # ------------------------------------------------------------------ worker
@@ -233,7 +233,8 @@ def run_worker(args: argparse.Namespace) -> int:
     transport = _open(args, create=True)
     try:
         worker = Worker(transport, handler, concurrency=args.concurrency, visibility=args.visibility,
-                        retry=Retry(max_attempts=args.max_attempts, backoff=args.backoff), drain_timeout=args.drain_timeout,
+                        retry=Retry(max_attempts=args.max_attempts, backoff=args.backoff),
+                        drain_timeout=args.drain_timeout,
                         metrics=metrics, name="cli")
         if args.metrics_port is not None:
             worker.serve_metrics(args.metrics_port)
@@ -267,7 +268,7 @@ def _when(value: Optional[float]) -> str:
     return f"{delta:+.1f}s" if abs(delta) < 86400 * 365 else f"{value:.1f}"
 
 
-def _table(headers: Sequence[str], rows: List[Sequence[Any]]) -> str:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]

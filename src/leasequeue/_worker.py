@@ -225,16 +225,16 @@ class Job:
 
     @property
     def group_id(self) -> str:
-        return self.lease.group_id  # type: ignore[no-any-return]
+        return self.lease.group_id
 
     @property
     def seq(self) -> int:
-        return self.lease.seq  # type: ignore[no-any-return]
+        return self.lease.seq
 
     @property
     def attempt(self) -> int:
         """1 on a message's first delivery, +1 at each later one."""
-        return self.lease.attempt  # type: ignore[no-any-return]
+        return self.lease.attempt
 
     @property
     def transport(self) -> Any:
@@ -646,7 +646,7 @@ class Worker:
             want = threading.current_thread() is threading.main_thread()
         if not want:
             return []
-        installed = []
+        installed: List[Tuple[int, Any]] = []
 
         def on_signal(signum: int) -> None:
             if self._stopping:
@@ -714,11 +714,13 @@ class Worker:
             if job.lost:
                 job._finished = True
                 return
-            action, arg = (_ACK, None) if error is None else self._decide(job, error)
+            decision: Tuple[int, Any] = (_ACK, None) if error is None else self._decide(job, error)
+            action, arg = decision
             if action == _DEFER:
                 self._emit("retried", job, error, slot)
-                due = time.monotonic() + arg
-                if self._stop_event.wait(arg):
+                delay = float(arg)
+                due = time.monotonic() + delay
+                if self._stop_event.wait(delay):
                     # Shutting down during the wait: hand it back, parked for
                     # what is left of the delay.
                     job._finished = True
@@ -941,9 +943,9 @@ class Worker:
         job = Job(self, lease)
         retry = self.retry
         if job.attempt > retry.max_attempts:
-            reason, error = self._crash_loop(job)
+            reason, crash = self._crash_loop(job)
             job._finished = True
-            await self._acall(self._apply, job, _BURY, reason, error)
+            await self._acall(self._apply, job, _BURY, reason, crash)
             return
         job._task = asyncio.current_task()
         held = self._held
@@ -969,7 +971,8 @@ class Worker:
                     metrics.duration.observe(time.perf_counter() - started)
                 if job.lost:
                     return
-                action, arg = (_ACK, None) if error is None else self._decide(job, error)
+                decision: Tuple[int, Any] = (_ACK, None) if error is None else self._decide(job, error)
+                action, arg = decision
                 if action == _DEFER:
                     self._emit("retried", job, error)
                     try:

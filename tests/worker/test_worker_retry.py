@@ -272,8 +272,10 @@ def test_an_exhausted_callable_may_ask_for_another_retry(inmemory: Any, start: A
         if job.attempt < 3:
             raise ValueError
 
-    w = Worker(t, handler, visibility=10.0,
-               retry=Retry(max_attempts=3, backoff=0.01, exhausted=lambda job, exc: 0.01 if job.attempt < 3 else "bury"))
+    def exhausted(job: Job, exc: BaseException) -> Any:
+        return 0.01 if job.attempt < 3 else "bury"
+
+    w = Worker(t, handler, visibility=10.0, retry=Retry(max_attempts=3, backoff=0.01, exhausted=exhausted))
     running = start(w)
     wait_until(lambda: w.counts["succeeded"] == 1)
     running.stop()

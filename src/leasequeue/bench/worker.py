@@ -290,7 +290,11 @@ def _pg_lq_proc(conninfo: str, queue: str, counter: Any, ready: Any, go: Any, st
             counter.value += 1
 
     w = Worker(t, handler, concurrency=concurrency, visibility=30.0, signals=False)
-    threading.Thread(target=lambda: (stop.wait(), w.stop()), daemon=True).start()
+    def stopper() -> None:
+        stop.wait()
+        w.stop()
+
+    threading.Thread(target=stopper, daemon=True).start()
     ready.put(1)
     go.wait()
     w.run()
@@ -315,8 +319,8 @@ def _pg_procrastinate_proc(conninfo: str, queue: str, counter: Any, ready: Any, 
             ready.put(1)
             while not go.is_set():
                 await asyncio.sleep(0.001)
-            task = asyncio.ensure_future(app.run_worker_async(queues=[queue], concurrency=1, install_signal_handlers=False,
-                                                              listen_notify=True))
+            task = asyncio.ensure_future(app.run_worker_async(
+                queues=[queue], concurrency=1, install_signal_handlers=False, listen_notify=True))
             while not stop.is_set():
                 await asyncio.sleep(0.05)
             task.cancel()
@@ -386,11 +390,11 @@ def _pg_publisher(system: str, conninfo: str, queue: str) -> Tuple[Callable[[Lis
         opened = app.open()
         opened.__enter__()
 
-        def publish(items: List[Tuple[str, float]]) -> None:
+        def publish_deferred(items: List[Tuple[str, float]]) -> None:
             for g, s in items:
                 job.configure(lock=g).defer(group=g, sent=s)
 
-        return publish, lambda: opened.__exit__(None, None, None)
+        return publish_deferred, lambda: opened.__exit__(None, None, None)
     import psycopg
     from pgqueuer.db import SyncPsycopgDriver
     from pgqueuer.queries import SyncQueries
@@ -398,12 +402,12 @@ def _pg_publisher(system: str, conninfo: str, queue: str) -> Tuple[Callable[[Lis
     conn = psycopg.connect(conninfo, autocommit=True)
     q = SyncQueries(SyncPsycopgDriver(conn))
 
-    def publish(items: List[Tuple[str, float]]) -> None:
+    def enqueue(items: List[Tuple[str, float]]) -> None:
         for start in range(0, len(items), 500):
             chunk = items[start:start + 500]
             q.enqueue([queue] * len(chunk), [json.dumps([g, s]).encode() for g, s in chunk], [0] * len(chunk))
 
-    return publish, conn.close
+    return enqueue, conn.close
 
 
 def pg_run(system: str, conninfo: str, n: int, groups: int, procs: int, latency_samples: int = 0,
