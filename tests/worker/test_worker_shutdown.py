@@ -201,3 +201,59 @@ def test_an_idle_worker_uses_no_cpu(inmemory: Any, start: Any, runner: str) -> N
     assert time.monotonic() - wall0 >= 1.0
     running.stop()
     assert cpu < 0.015, f"an idle 8-way worker used {cpu * 1000:.1f} ms of CPU in 1 s"
+
+
+class StopsOnClaim:
+    """A real transport whose aclaim asks the worker to stop as it returns a
+    lease: the claim that races a stop() (delegates everything else)."""
+
+    def __init__(self, transport: Any) -> None:
+        self._t = transport
+        self.worker: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._t, name)
+
+    async def aclaim(self, *args: Any, **kwargs: Any) -> Any:
+        lease = await self._t.aclaim(*args, **kwargs)
+        self.worker.stop()
+        return lease
+
+
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_a_message_claimed_but_not_started_is_handed_back(inmemory: Any, start: Any, runner: str) -> None:
+    real = inmemory.make()
+    t = StopsOnClaim(real)
+    ran: List[Any] = []
+
+    def body(job: Job) -> None:
+        ran.append(job.event)
+
+    if runner == "asyncio":
+        async def handler(job: Job) -> None:
+            body(job)
+    else:
+        handler = body  # type: ignore[assignment]
+
+    w = Worker(t, handler, concurrency=2, visibility=10.0)
+    t.worker = w
+    running = start(w, runner)
+    time.sleep(0.1)
+    real.publish("g", "claimed during stop")
+    running.join(10)
+    assert ran == [] and w.counts["handed_back"] == 1 and w.counts["started"] == 0
+    assert real.stats().leased == 0
+    lease = real.claim("check", 10.0)
+    assert lease.event == "claimed during stop" and lease.attempt == 2
+
+
+def test_import_leasequeue_stays_light() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, leasequeue; heavy = ('sqlite3', 'psycopg', 'prometheus_client', 'asyncio', "
+            "'leasequeue._worker'); print([m for m in heavy if m in sys.modules]); "
+            "leasequeue.Worker, leasequeue.Retry, leasequeue.Job, leasequeue.RetryLater; "
+            "print([m for m in ('sqlite3', 'psycopg', 'prometheus_client') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "[]"], out.stdout
