@@ -10,6 +10,13 @@ cancel out.
     python3 benchmarks/sqlite_callgrind.py cycle        # leasequeue (single, k=64) vs huey, persist-queue, litequeue
     python3 benchmarks/sqlite_callgrind.py flat         # leasequeue's cycle at 10k, 100k, 1M queued
     python3 benchmarks/sqlite_callgrind.py ops          # leasequeue's publish, claim, ack apart (single, k=64)
+    python3 benchmarks/sqlite_callgrind.py compare OTHER_SRC   # leasequeue's cycle: this tree vs another's src/
+
+``compare`` measures the same cycle on this tree and on another checkout
+(say the previous release: ``git worktree add ../old v0.3`` then
+``compare ../old/src``), twice each, alternately, in one run: a schema
+change shows as the difference.  Set ``LEASEQUEUE_NO_EXTENSIONS=1`` when the
+other tree has no compiled extension (the SQLite backend needs none).
 
 Needs valgrind, and the ``bench-sqlite`` extra for the other libraries.  The
 ``flat`` run prefills its files natively first (1M messages: about a minute).
@@ -191,6 +198,14 @@ def main() -> int:
         for name in ("publish", "claim", "ack", "publish-k64", "claim-k64", "ack-k64"):
             k1, k2 = (640, 3200) if name.endswith("k64") else (200, 1200)
             print(f"| {name} | {per_cycle(OPS, k1, k2, name):,.0f} |", flush=True)
+    elif what == "compare" and len(sys.argv) > 2:
+        global SRC
+        trees = [("this tree", SRC), ("other", os.path.abspath(sys.argv[2]))]
+        print("| tree | instructions per message (publish + claim + ack) |")
+        print("| --- | ---: |")
+        for label, src in trees + trees:
+            SRC = src
+            print(f"| {label} ({src}) | {per_cycle(CYCLE, 200, 1200, 'leasequeue'):,.0f} |", flush=True)
     elif what == "flat":
         print("| messages queued (G = N/10) | instructions per publish + claim + ack |")
         print("| ---: | ---: |")

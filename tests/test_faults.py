@@ -712,15 +712,12 @@ NOMEMORY_OPS = {
 #: Operations of the pure twin that break the rule today: the allocation that fails
 #: can come after the operation changed the transport (the lock's exit, ``_forget``
 #: in an ack).  For these the test asserts less: after a MemoryError the transport
-#: is as before *or as after* the operation, whole either way.  Reported with issue
-#: 14's closing note; remove an entry when it is fixed.
+#: is as before *or as after* the operation, whole either way.  Remove an entry
+#: when it is fixed.  (``claim`` is not here: ``_lease_ready`` makes every value
+#: first, ``_take_top`` is all or nothing, ``_repair`` reuses its path list and the
+#: lease is allocated before the lock, so a failed claim changes nothing.)
 PURE_TWIN_LATE_ALLOCATION = {"publish-new-group", "publish-new-level", "publish-old-group",
                              "ack", "ack-last-of-level", "nack", "nack-park"}
-#: Worse, in a claim: a failed allocation in ``_take_top``/``_repair`` (several
-#: priority levels) leaves the level tree half repaired, and later calls fail; one
-#: in ``_expire`` or after ``_lock_group`` (one level) leaves the lease counts wrong.
-#: Not strict: where a failure lands depends on the interpreter's allocations.
-PURE_TWIN_CORRUPTS = {"claim", "claim-one-level"}
 
 
 @contextlib.contextmanager
@@ -785,7 +782,7 @@ class _Bounded:
 @pytest.mark.skipif(set_nomemory is None, reason="needs CPython's _testcapi.set_nomemory")
 @pytest.mark.parametrize("op", list(NOMEMORY_OPS))
 def test_failed_allocation_anywhere_changes_nothing(
-    make_transport: Callable[..., Any], impl: Any, op: str, request: pytest.FixtureRequest
+    make_transport: Callable[..., Any], impl: Any, op: str
 ) -> None:
     """decisions.md, "MemoryError": each operation allocates before it changes
     anything, so a failed allocation leaves the transport as it was (a failed
@@ -795,9 +792,6 @@ def test_failed_allocation_anywhere_changes_nothing(
     (the next seq, then ``referee.fingerprint``) from an untouched twin, and
     the run that completes must match a twin that made the same call."""
     pure = impl.__name__.endswith("_py")
-    if pure and op in PURE_TWIN_CORRUPTS:
-        request.applymarker(pytest.mark.xfail(
-            reason="pure twin: a MemoryError inside claim leaves it inconsistent (issue 14 report)", strict=False))
     late_allocation_allowed = pure and op in PURE_TWIN_LATE_ALLOCATION
     history, call = NOMEMORY_OPS[op]
     completed_in_a_row = 0

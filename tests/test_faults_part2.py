@@ -854,6 +854,10 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
         for threshold in range(8, 33):
             for extra in range(3):
                 t = impl.InMemoryTransport(clock=ManualClock())
+                # A second priority level (an empty paused group): each hand-off then
+                # repairs a path of the level treap, an allocation the collector counts.
+                t.pause("elsewhere")
+                t.set_priority("elsewhere", 9)
                 records = [t._waiter(f"w{i}", 30.0, 0, lambda: None) for i in range(2)]
                 for rec in records:
                     assert t._wait_start(rec) is None

@@ -25,7 +25,7 @@ def example() -> str:
 def test_operating_example_runs(impl: Any) -> None:
     code = example()
     for call in ("pause", "resume", "purge", "set_priority", "group(", "groups(", "stats()",
-                 "publish_many", "claim_many", "ack_many"):
+                 "publish_many", "claim_many", "ack_many", "bury(", "skip(", "peek(", ".buried", ".reason"):
         assert call in code, f"the example does not show {call}"
     assert "import leasequeue\n" in code
     # run it against this implementation

@@ -709,6 +709,7 @@ class InMemoryTransport:
         now = self._clock()
         if type(now) is not float or now - now != 0.0:
             now = _check_time(now)
+        lease = _LeaseBuilder()  # the result's memory, before anything changes (filled in after the lock)
         with self._lock:
             if self._busy:
                 raise _reentered("claim")
@@ -731,38 +732,32 @@ class InMemoryTransport:
                     if heap and root.priority >= min_priority:
                         group = heap[0][1]
                         expires_at = now + visibility
-                        self._lock_group(group, _LEASED, worker_id, expires_at)
-                        heappop(heap)
-                        group.ready_key = None
-                        while heap:  # drop stale entries so the top stays valid
-                            key, top = heap[0]
-                            if top.ready_key == key:
-                                break
-                            heappop(heap)
-                            root.stale -= 1
-                        root.best = heap[0] if heap else None
+                        self._lease_ready(group, worker_id, now, expires_at)
                 else:
                     entry = self._find(min_priority)
                     if entry is not None:
                         group = entry[1]
                         expires_at = now + visibility
-                        self._lock_group(group, _LEASED, worker_id, expires_at)
-                        self._take_top(group.level)
+                        self._lease_ready(group, worker_id, now, expires_at)
                 if group is not None:
-                    self._claims = claims = self._claims + 1
-                    group.key = claims
-                    group.last_claimed_at = now
-                    group.attempt = attempt = group.attempt + 1
-                    group.open = True
                     seq, event = group.messages[group.head]  # type: ignore[misc]
                     group_id = group.group_id
+                    attempt = group.attempt
             finally:
                 self._settle()
         if self._nwaiting:  # expiry may have freed groups; our lease may expire first
             self._serve_waiters(now)
         if group is None:
             return None
-        return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner)
+        lease.seq = seq
+        lease.group_id = group_id
+        lease.event = event
+        lease.worker_id = worker_id
+        lease.expires_at = expires_at
+        lease.attempt = attempt
+        lease._owner = self._owner
+        lease.__class__ = Lease  # type: ignore[assignment]
+        return lease  # type: ignore[return-value]
 
     def ack(self, lease: Lease) -> None:
         """Done: remove the leased message; its group may serve its next one.
@@ -1535,15 +1530,9 @@ class InMemoryTransport:
         if entry is None:
             return None
         group = entry[1]
-        self._lock_group(group, _LEASED, worker_id, expires_at)  # allocates: first
-        self._take_top(group.level)
-        self._claims = claims = self._claims + 1
-        group.key = claims
-        group.last_claimed_at = now
-        group.attempt = attempt = group.attempt + 1
-        group.open = True
+        self._lease_ready(group, worker_id, now, expires_at)
         seq, event = group.messages[group.head]  # type: ignore[misc]
-        return seq, group.group_id, event, attempt
+        return seq, group.group_id, event, group.attempt
 
     def _skip_head(self, group: _Group) -> Tuple[int, Any]:
         """``skip`` of ``group``'s head (not under a live lease): as an ack of
@@ -1671,19 +1660,36 @@ class InMemoryTransport:
         self._repair(level)
 
     def _take_top(self, level: _Level) -> None:
-        """Pop the level's top entry (and any stale ones) and fix ``best``."""
+        """Pop the level's top entry (and any stale ones) and fix ``best``.
+
+        All or nothing: the path to repair is made first, and a pop may need
+        memory (a list shrinks), so the top goes back (into the room its pop
+        left) if dropping a stale one fails.
+        """
+        path = self._path_to(level)
         heap = level.heap
-        heappop(heap)[1].ready_key = None
-        while heap:
-            key, group = heap[0]
-            if group.ready_key == key and group.level is level:
-                break
-            heappop(heap)
-            level.stale -= 1
-        self._repair(level)
+        top = heappop(heap)
+        top[1].ready_key = None  # first: an older duplicate entry of its group is stale too
+        try:
+            while heap:
+                key, group = heap[0]
+                if group.ready_key == key and group.level is level:
+                    break
+                heappop(heap)
+                level.stale -= 1
+        except BaseException:
+            top[1].ready_key = top[0]
+            heappush(heap, top)  # the stale entries dropped were invisible anyway
+            raise
+        self._pull_path(level, path)
 
     def _repair(self, level: _Level) -> None:
         """Recompute ``best`` on the path from the root to ``level``."""
+        self._pull_path(level, self._path_to(level))
+
+    def _path_to(self, level: _Level) -> List[_Level]:
+        """The treap nodes above ``level``, root first (the one allocation of
+        a repair: a claim makes it before it changes anything)."""
         priority = level.priority
         node = self._root
         path: List[_Level] = []
@@ -1691,9 +1697,16 @@ class InMemoryTransport:
             assert node is not None  # ``level`` is in the treap
             path.append(node)
             node = node.left if priority < node.priority else node.right
+        return path
+
+    @staticmethod
+    def _pull_path(level: _Level, path: List[_Level]) -> None:
+        """Recompute ``best`` of ``level``, then of each node above it."""
         _treap_pull(level)
-        for node in reversed(path):
-            _treap_pull(node)
+        i = len(path)
+        while i:  # by index: a reversed() iterator would be an allocation
+            i -= 1
+            _treap_pull(path[i])
 
     def _find(self, min_priority: int) -> Optional[Tuple[int, _Group]]:
         """The smallest ready entry among levels with priority >= min_priority."""
@@ -1748,6 +1761,71 @@ class InMemoryTransport:
 
     # -- lock state and the expiry heap
 
+    def _lease_ready(self, group: _Group, worker_id: str, now: float, expires_at: float) -> None:
+        """Claim ready ``group``'s head for ``worker_id`` until ``expires_at``
+        (expiry applied; ``now`` is the claim's time): all or nothing.
+
+        Every new value that needs memory (the counters, the expiry entry)
+        is made first; then the group leaves the ready set (``_take_top``,
+        all or nothing); then the commit, which allocates nothing.  A ready
+        group is never locked, so there is no lock to release first.
+        """
+        claims = self._claims + 1
+        attempt = group.attempt + 1
+        leased = self._leased + 1
+        tick = live = 0
+        if expires_at != _INF:  # an infinite lease never expires: no entry
+            tick = self._tick + 1
+            live = self._live_expiry + 1
+            heappush(self._expiry, (expires_at, tick, group))  # stale until group.tick == tick
+            self._tick = tick  # used up even if what follows fails: never given to another entry
+        level = group.level
+        if level is self._root and level.left is None and level.right is None:
+            # One priority level: the heap top is ``best`` (no path to repair).
+            heap = level.heap
+            top = heappop(heap)
+            group.ready_key = None  # first: an older duplicate entry of the group is stale too
+            try:
+                while heap:  # drop stale entries so the top stays valid
+                    key, other = heap[0]
+                    if other.ready_key == key:
+                        break
+                    heappop(heap)
+                    level.stale -= 1
+            except BaseException:
+                group.ready_key = top[0]
+                heappush(heap, top)  # into the room its pop left
+                raise
+            level.best = heap[0] if heap else None
+        else:
+            self._take_top(level)
+        # --- commit: nothing below allocates
+        group.lock = _LEASED
+        group.worker_id = worker_id
+        group.expires_at = expires_at
+        self._leased = leased
+        if tick:
+            group.tick = tick
+            self._live_expiry = live
+        self._claims = claims
+        group.key = claims
+        group.last_claimed_at = now
+        group.attempt = attempt
+        group.open = True
+        if tick:
+            try:
+                self._maybe_rebuild_expiry(live)
+            except MemoryError:  # best effort: the stale entries stay
+                pass
+
+    def _maybe_rebuild_expiry(self, live: int) -> None:
+        """Mostly stale entries (acked/nacked/extended): rebuild, O(live)."""
+        expiry = self._expiry
+        if len(expiry) > 2 * live + 64:
+            fresh = [e for e in expiry if e[2].tick == e[1]]
+            heapify(fresh)
+            self._expiry = fresh
+
     def _unlock(self, group: _Group) -> None:
         """Release the group's lock (if any) and stale its expiry entry."""
         lock = group.lock
@@ -1784,11 +1862,10 @@ class InMemoryTransport:
         if tick:
             group.tick = tick
             self._live_expiry += 1
-            if len(expiry) > 2 * self._live_expiry + 64:
-                # Mostly stale entries (acked/nacked/extended): rebuild, O(live).
-                live = [e for e in expiry if e[2].tick == e[1]]
-                heapify(live)
-                self._expiry = live
+            try:
+                self._maybe_rebuild_expiry(self._live_expiry)
+            except MemoryError:  # best effort: the stale entries stay
+                pass
 
     def _expire(self, now: float) -> None:
         """Free every lock with ``expires_at < now``; their groups become ready."""
@@ -1947,17 +2024,11 @@ class InMemoryTransport:
         w.prev_claimed_at = group.last_claimed_at
         w.prev_open = group.open
         expires_at = now + w.visibility
-        self._lock_group(group, _LEASED, w.worker_id, expires_at)
-        self._take_top(group.level)
-        self._claims = claims = self._claims + 1
-        group.key = claims
-        group.last_claimed_at = now
-        group.attempt = attempt = group.attempt + 1
-        group.open = True
+        self._lease_ready(group, w.worker_id, now, expires_at)
         w.seq, w.event = group.messages[group.head]  # type: ignore[misc]
         w.group_id = group.group_id
         w.expires_at = expires_at
-        w.attempt = attempt
+        w.attempt = group.attempt
         self._dequeue(w)
         w.state = _W_HANDED
 
