@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="leasequeue",
         description="leasequeue: in-process message transport with per-group leases. "
         "Run 'leasequeue bench' to measure it against its pure-Python twin, queue.Queue, "
-        "the seed algorithm and a bare-call floor on this machine.",
+        "the seed algorithm and a bare-call floor on this machine; 'leasequeue worker' to run a "
+        "handler on a SQLite or PostgreSQL queue; 'leasequeue queue' to inspect and operate one.",
     )
     parser.add_argument("--version", action="version", version=_version_string())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -456,6 +456,13 @@ class Worker:
 
     def run(self) -> None:
         """Run until stopped (threads; an ``async def`` handler runs :meth:`arun` on a new loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("run() blocks its thread: from a running event loop use 'await worker.arun()' "
+                               "(an async def handler), or call run() on another thread")
         self._begin()
         loop = asyncio.new_event_loop()
         try:

@@ -203,4 +203,11 @@ def test_bad_options(inmemory: Any) -> None:
         Worker(t, h, batch=0)
     with pytest.raises(TypeError):
         asyncio.run(Worker(t, h).arun())
+
+    async def inside_a_loop() -> None:
+        Worker(t, h).run()
+
+    with pytest.raises(RuntimeError, match="arun"):
+        asyncio.run(inside_a_loop())
+    assert Worker(t, h, drain_timeout=float("inf")).drain_timeout == float("inf")
     assert Worker(t, h, retry=Retry(max_attempts=2)).retry.max_attempts == 2
