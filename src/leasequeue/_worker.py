@@ -842,13 +842,16 @@ class Worker:
             th.start()
         try:
             vis, floor, wid = self.visibility, self.min_priority, self.worker_id
+            # The claim waits for a wake-up; the deadline only bounds what a
+            # missed one could cost (one idle wake-up per visibility / 3).
+            rewait = max(self._interval, 0.5)
             while not self._stopping:
                 if state.idle == 0:
                     wakeup.clear()
                     if state.idle == 0 and not self._stopping:
                         await wakeup.wait()
                     continue
-                task = loop.create_task(t.aclaim(wid, vis, floor))
+                task = loop.create_task(t.aclaim(wid, vis, floor, timeout=rewait))
                 claim_task[0] = task
                 try:
                     lease = await task
@@ -1040,13 +1043,16 @@ class Worker:
                          self.retry)
         try:
             vis, floor, wid = self.visibility, self.min_priority, self.worker_id
+            # The claim waits for a wake-up; the deadline only bounds what a
+            # missed one could cost (one idle wake-up per visibility / 3).
+            rewait = max(self._interval, 0.5)
             while not self._stopping:
                 if len(tasks) >= n:
                     wakeup.clear()
                     if len(tasks) >= n and not self._stopping:
                         await wakeup.wait()
                     continue
-                task = loop.create_task(t.aclaim(wid, vis, floor))
+                task = loop.create_task(t.aclaim(wid, vis, floor, timeout=rewait))
                 claim_task[0] = task
                 try:
                     lease = await task

@@ -115,6 +115,7 @@ def test_retry_keeps_the_group_waiting_in_order_while_others_go_on(backend: Any,
     w = Worker(t, handler, concurrency=2, visibility=10.0, retry=retry)
     running = start(w, runner)
     wait_until(lambda: len([e for e in log if e[2] == 1 or e[0] == "slow"]) >= 14, timeout=30)
+    time.sleep(0.1)  # nothing more is to come: check that below
     running.stop()
     slow = [(i, a) for g, i, a, _ in log if g == "slow"]
     assert slow == [(0, 1), (0, 2), (0, 3), (1, 1), (2, 1)], slow
