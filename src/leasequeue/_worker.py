@@ -943,7 +943,10 @@ class Worker:
             if self._stopping:
                 return
             try:
-                lease = await self._acall(t.claim, wid, self.visibility, self.min_priority)
+                if self._inline:  # the in-memory transport: a plain call, no coroutine
+                    lease = t.claim(wid, self.visibility, self.min_priority)
+                else:
+                    lease = await self._acall(t.claim, wid, self.visibility, self.min_priority)
             except Exception as exc:
                 if not self._stopping and not getattr(t, "closed", False):
                     self.logger.error("claim failed (%s)", _error_name(exc))
@@ -958,12 +961,15 @@ class Worker:
             await self._acall(self._apply, job, _BURY, reason, crash)
             return
         job._task = asyncio.current_task()
+        # In-memory: everything runs on this loop's thread, so it counts
+        # like a thread slot (no lock); otherwise _apply runs on the I/O pool.
+        slot = 0 if self._inline else -1
         held = self._held
         held.add(job)
         metrics = self.metrics
         try:
             while True:
-                self._emit("started", job, None)
+                self._emit("started", job, None, slot)
                 error: Optional[BaseException] = None
                 started = time.perf_counter()
                 try:
@@ -984,7 +990,7 @@ class Worker:
                 decision: Tuple[int, Any] = (_ACK, None) if error is None else self._decide(job, error)
                 action, arg = decision
                 if action == _DEFER:
-                    self._emit("retried", job, error)
+                    self._emit("retried", job, error, slot)
                     try:
                         await asyncio.sleep(arg)
                     except asyncio.CancelledError:
@@ -999,7 +1005,10 @@ class Worker:
                     continue
                 job._finished = True
                 if not job.lost:
-                    await self._acall(self._apply, job, action, arg, error)
+                    if self._inline:
+                        self._apply(job, action, arg, error, slot)
+                    else:
+                        await self._acall(self._apply, job, action, arg, error)
                 return
         finally:
             job._finished = True
