@@ -15,8 +15,7 @@ import time
 from typing import Any, Callable, Dict, List
 
 from leasequeue import PostgresTransport, SQLiteTransport, Worker
-from leasequeue._postgres_server import ThrowawayServer
-from leasequeue.bench.worker import Done, _stream
+from leasequeue.bench.worker import Done, ThrowawayServer, _stream
 
 
 def run(make: Callable[[], Any], n: int, concurrency: int, batch: int) -> float:

@@ -170,7 +170,7 @@ def _open(args: argparse.Namespace, *, create: bool) -> Any:
     if args.queue is not None and args.postgres is None:
         raise CliError("--queue names a PostgreSQL queue: use it with --postgres", 2)
     if args.sqlite is not None:
-        from ._sqlite import SQLiteTransport
+        from . import SQLiteTransport
 
         if not create and not os.path.exists(args.sqlite):
             raise CliError(f"no such file: {args.sqlite}")
@@ -179,7 +179,7 @@ def _open(args: argparse.Namespace, *, create: bool) -> Any:
         except Exception as exc:
             raise CliError(f"cannot open {args.sqlite}: {exc}") from exc
     try:
-        from ._postgres import PostgresTransport
+        from . import PostgresTransport
     except ImportError as exc:
         raise CliError(f"--postgres needs psycopg: pip install 'leasequeue[postgres]' ({exc})") from exc
     try:

@@ -55,8 +55,14 @@ _MAX_REASON = 500
 # The actions a finished run of a handler leads to.
 _ACK, _RETRY, _DEFER, _BURY, _SKIP, _HANDBACK = range(6)
 
-# Transports whose calls never block beyond a lock: called directly from the event loop.
-_INLINE_MODULES = ("leasequeue._inmemory_py", "leasequeue._inmemory_c")
+# Transports whose calls never block beyond a lock (the in-memory twins, in
+# either layout: leasequeue._inmemory_* or leasequeue._backends.inmemory.*):
+# called directly from the event loop.
+
+
+def _is_inline(transport: Any) -> bool:
+    module = getattr(type(transport), "__module__", "") or ""
+    return module.startswith("leasequeue.") and "inmemory" in module
 
 Transport = Any  # leasequeue.Transport (typing.Protocol, issue 20) once it exists
 
@@ -391,7 +397,7 @@ class Worker:
         self._stop_event = threading.Event()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._wake: Optional[Callable[[], None]] = None  # wakes the runner on its loop
-        self._inline = type(transport).__module__ in _INLINE_MODULES
+        self._inline = _is_inline(transport)
         self._io: Any = None  # arun(): the thread pool for a durable transport's calls
         self._interval = self.visibility / 3.0
         self.metrics: Optional[_Metrics] = None

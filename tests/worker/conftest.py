@@ -28,7 +28,7 @@ def worker_pg_conninfo() -> Iterator[str]:
     if SKIP_PG:
         pytest.skip("LEASEQUEUE_SKIP_POSTGRES=1: PostgreSQL tests skipped on purpose")
     from leasequeue import PostgresTransport
-    from leasequeue._postgres_server import ThrowawayServer
+    from leasequeue.bench.worker import ThrowawayServer  # wherever the tree keeps it
 
     conninfo = os.environ.get("LEASEQUEUE_TEST_POSTGRES")
     owned: Optional[ThrowawayServer] = None

@@ -12,13 +12,23 @@ from typing import Any, Callable, List
 
 import pytest
 
-MODULES = {"python": "leasequeue._inmemory_py", "cython": "leasequeue._inmemory_c"}
+#: Each twin's module, in the reorganised layout (issue 20) and the old one.
+MODULES = {
+    "python": ("leasequeue._backends.inmemory.transport_py", "leasequeue._inmemory_py"),
+    "cython": ("leasequeue._backends.inmemory.transport_c", "leasequeue._inmemory_c"),
+}
 
 
 def load_implementation(name: str) -> ModuleType:
     """As tests/conftest.py: the Cython twin fails (not skips) unless disabled on purpose."""
+    new, old = MODULES[name]
     try:
-        return importlib.import_module(MODULES[name])
+        try:
+            return importlib.import_module(new)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not new.startswith(exc.name):
+                raise
+            return importlib.import_module(old)
     except ImportError as exc:
         if name == "cython" and os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
             pytest.skip("Cython transport disabled by LEASEQUEUE_NO_EXTENSIONS")

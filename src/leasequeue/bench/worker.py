@@ -37,6 +37,11 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+try:  # the throwaway PostgreSQL server: in the kit once the tree is reorganised (issue 20)
+    from leasequeue.testing._postgres_server import ThrowawayServer  # type: ignore[import-not-found,unused-ignore]
+except ImportError:
+    from leasequeue._postgres_server import ThrowawayServer  # type: ignore[import-not-found,no-redef,unused-ignore]
+
 WHO_KEEPS_GROUPS = {
     "leasequeue": "yes (the transport: one lease per group)",
     "dramatiq": "no (no groups)",
@@ -643,8 +648,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     server = None
     conninfo = args.conninfo
     if args.postgres and conninfo is None:
-        from leasequeue._postgres_server import ThrowawayServer
-
         server = ThrowawayServer()
         conninfo = server.start()
     try:
