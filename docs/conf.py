@@ -100,6 +100,8 @@ nitpick_ignore_regex = [
 nitpick_ignore = [
     ("py:class", "leasequeue._protocol.L"),  # the lease type of a transport (a TypeVar bound to LeaseLike)
     ("py:obj", "leasequeue._protocol.L"),  # the same, in the bases of Transport
+    ("py:class", "leasequeue._protocol.L_contra"),  # the lease type Quarantine takes (contravariant)
+    ("py:obj", "leasequeue._protocol.L_contra"),
     ("py:class", "leasequeue._backends.inmemory.transport_py._Self"),  # __enter__ returns the transport
     ("py:class", "leasequeue._backends.sqlite.transport._Self"),
     ("py:class", "leasequeue._backends.postgres.transport._Self"),

@@ -19,6 +19,11 @@ Set ``LEASEQUEUE_NO_EXTENSIONS=1`` to force the pure one.
 
 ``SQLiteTransport`` is the same contract in a SQLite file shared by
 processes (durable; events stored serialized); it is imported on first use.
+
+``Worker`` runs a handler for every message of any transport (threads or
+asyncio), with heartbeats, a ``Retry`` policy, quarantine of poison
+messages, graceful shutdown, hooks and optional metrics; it too is imported
+on first use.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "EventDecodeError",
     "GroupInfo",
     "InMemoryTransport",
+    "Job",
     "Lease",
     "LeaseLike",
     "LeaseLost",
@@ -49,10 +55,13 @@ __all__ = [
     "Message",
     "PyInMemoryTransport",
     "Quarantine",
+    "Retry",
+    "RetryLater",
     "SQLiteTransport",
     "Transport",
     "TransportStats",
     "WaitingTransport",
+    "Worker",
     "__version__",
 ]
 
@@ -62,6 +71,7 @@ if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
     from ._backends.inmemory.transport_py import InMemoryTransport as PyInMemoryTransport
     from ._backends.sqlite.transport import SQLiteTransport
     from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError
+    from ._worker import Job, Retry, RetryLater, Worker
 
 
 def __getattr__(name: str) -> object:
@@ -80,6 +90,10 @@ def __getattr__(name: str) -> object:
         from . import _serializers
 
         value = getattr(_serializers, name)
+    elif name in ("Worker", "Retry", "RetryLater", "Job"):
+        from . import _worker
+
+        value = getattr(_worker, name)
     elif name in _backends.BACKENDS:
         value = _backends.load(name)
     else:

@@ -1,4 +1,7 @@
-"""Command line: ``leasequeue bench`` (also ``python -m leasequeue bench``).
+"""Command line: ``leasequeue bench|worker|queue|info`` (also ``python -m leasequeue``).
+
+``leasequeue worker MODULE:FUNCTION`` runs a worker on a durable queue and
+``leasequeue queue`` operates one (``leasequeue._cli``).
 
 ``leasequeue bench`` runs the side-by-side benchmarks (quick mode by
 default, under a minute) and prints the comparison table and the ratios;
@@ -45,19 +48,22 @@ def _str_list(text: str) -> List[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``leasequeue`` argument parser (subcommands: ``bench``, ``info``)."""
+    """The ``leasequeue`` argument parser (subcommands: ``bench``, ``worker``, ``queue``, ``info``)."""
+    from ._cli import add_parsers
     from .bench import ALL_IMPLS, WORKLOADS
 
     parser = argparse.ArgumentParser(
         prog="leasequeue",
         description="leasequeue: in-process message transport with per-group leases. "
         "Run 'leasequeue bench' to measure it against its pure-Python twin, queue.Queue, "
-        "the seed algorithm and a bare-call floor on this machine.",
+        "the seed algorithm and a bare-call floor on this machine; 'leasequeue worker' to run a "
+        "handler on a SQLite or PostgreSQL queue; 'leasequeue queue' to inspect and operate one.",
     )
     parser.add_argument("--version", action="version", version=_version_string())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sub.add_parser("info", help="print the version and which implementation is active")
+    add_parsers(sub)
 
     b = sub.add_parser(
         "bench",
@@ -112,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the PostgreSQL benchmark instead: PostgresTransport against procrastinate and PGQueuer "
         "on one server (its own options: leasequeue bench --postgres --help)",
+    )
+    b.add_argument(
+        "--worker",
+        action="store_true",
+        help="run the worker benchmark instead: leasequeue.Worker against a bare loop, dramatiq, huey, "
+        "procrastinate and PGQueuer (its own options: leasequeue bench --worker --help)",
     )
     b.add_argument(
         "--from-json",
@@ -214,11 +226,16 @@ def _bench(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``leasequeue`` console script and ``python -m leasequeue``."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["bench"] and "--postgres" in args_list[1:]:
+    if args_list[:1] == ["bench"] and "--postgres" in args_list[1:] and "--worker" not in args_list[1:]:
         # The PostgreSQL benchmark has options of its own (--conninfo, --sync, ...).
         from .bench.postgres import main as postgres_main
 
         return postgres_main([a for a in args_list[1:] if a != "--postgres"])
+    if args_list[:1] == ["bench"] and "--worker" in args_list[1:]:
+        # The worker benchmark (its own --postgres means "also PostgreSQL").
+        from .bench.worker import main as worker_main
+
+        return worker_main([a for a in args_list[1:] if a != "--worker"])
     if args_list[:1] == ["bench"] and "--sqlite" in args_list[1:]:
         from .bench.sqlite import main as sqlite_main
 
@@ -231,6 +248,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted\n")
             return 130
+    if args.command == "worker":
+        from ._cli import main_worker
+
+        return main_worker(args)
+    if args.command == "queue":
+        from ._cli import main_queue
+
+        return main_queue(args)
     if args.command == "info":
         print(_version_string())
         return 0

@@ -76,6 +76,7 @@ class LeaseLike(Protocol):
 
 
 L = TypeVar("L", bound=LeaseLike)
+L_contra = TypeVar("L_contra", bound=LeaseLike, contravariant=True)  # a lease only taken, never returned
 _T = TypeVar("_T")
 
 
@@ -166,10 +167,10 @@ class BatchTransport(Protocol[L]):
         """Ack each current lease, in order; returns the ones that were not current."""
 
 
-class Quarantine(Protocol[L]):
+class Quarantine(Protocol[L_contra]):
     """Part 4: set a poison message aside without breaking its group's order."""
 
-    def bury(self, lease: L, reason: str = "") -> None:
+    def bury(self, lease: L_contra, reason: str = "") -> None:
         """End the delivery and quarantine the group, its head kept, until ``resume`` or ``skip``."""
 
     def skip(self, group_id: str) -> bool:
