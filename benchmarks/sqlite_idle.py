@@ -45,7 +45,7 @@ for w in ws:
     w.start()
 while len(t._queue.waiters) < threads:
     time.sleep(0.01)
-time.sleep(0.5)  # settle: every thread asleep, the watcher armed
+time.sleep(1.0)  # settle: every thread asleep, the watcher armed, its re-checks after the last write done (0.78 s)
 c0, w0 = time.process_time(), time.monotonic()
 time.sleep(seconds)
 c1, w1 = time.process_time(), time.monotonic()
