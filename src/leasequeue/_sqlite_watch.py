@@ -278,6 +278,8 @@ class InotifyWatch(FileWatch):
 
 # ------------------------------------------------------------------- kqueue
 
+_sel: Any = select  # its kqueue names exist on macOS and the BSDs only (typeshed knows)
+
 
 class KqueueWatch(FileWatch):
     """kqueue (macOS, the BSDs): see the module docstring."""
@@ -286,25 +288,22 @@ class KqueueWatch(FileWatch):
 
     def __init__(self, db_path: str) -> None:
         if not hasattr(select, "kqueue"):
-            raise OSError(errno.ENOSYS, "no select.kqueue on this platform")
+            raise OSError(errno.ENOSYS, "no _sel.kqueue on this platform")
         super().__init__(db_path)
         self._kq: Any = None
         self._wal_fd = -1
         self._dir_fd = -1
         try:
-            self._kq = select.kqueue()
-            self._kq.control([select.kevent(self._r, select.KQ_FILTER_READ, select.KQ_EV_ADD)], 0)
+            self._kq = _sel.kqueue()
+            self._kq.control([_sel.kevent(self._r, _sel.KQ_FILTER_READ, _sel.KQ_EV_ADD)], 0)
             self._arm()
         except BaseException:
             self.close()
             raise
 
     def _fds(self) -> List[int]:
-        fds = super()._fds()
-        fds += [fd for fd in (self._wal_fd, self._dir_fd) if fd >= 0]
-        if self._kq is not None:
-            fds.append(self._kq.fileno())
-        return fds
+        # The descriptors a child inherits (forget()); a kqueue is not inherited.
+        return super()._fds() + [fd for fd in (self._wal_fd, self._dir_fd) if fd >= 0]
 
     def close(self) -> None:
         with self._lock:
@@ -328,18 +327,18 @@ class KqueueWatch(FileWatch):
 
     def _arm(self) -> None:
         """As InotifyWatch._arm: the directory while the WAL does not exist."""
-        vnode, add = select.KQ_FILTER_VNODE, select.KQ_EV_ADD | select.KQ_EV_CLEAR
+        vnode, add = _sel.KQ_FILTER_VNODE, _sel.KQ_EV_ADD | _sel.KQ_EV_CLEAR
         if self._dir_fd < 0:
             self._dir_fd = self._open(self.directory)
-            self._kq.control([select.kevent(self._dir_fd, vnode, add, select.KQ_NOTE_WRITE)], 0)
+            self._kq.control([_sel.kevent(self._dir_fd, vnode, add, _sel.KQ_NOTE_WRITE)], 0)
         try:
             fd = self._open(self.wal)
         except FileNotFoundError:
             return
         self._wal_fd = fd
-        fflags = (select.KQ_NOTE_WRITE | select.KQ_NOTE_EXTEND | select.KQ_NOTE_ATTRIB | select.KQ_NOTE_DELETE
-                  | select.KQ_NOTE_RENAME | select.KQ_NOTE_REVOKE)
-        self._kq.control([select.kevent(fd, vnode, add, fflags)], 0)
+        fflags = (_sel.KQ_NOTE_WRITE | _sel.KQ_NOTE_EXTEND | _sel.KQ_NOTE_ATTRIB | _sel.KQ_NOTE_DELETE
+                  | _sel.KQ_NOTE_RENAME | _sel.KQ_NOTE_REVOKE)
+        self._kq.control([_sel.kevent(fd, vnode, add, fflags)], 0)
         os.close(self._dir_fd)  # closing a descriptor removes its kevents
         self._dir_fd = -1
 
@@ -349,7 +348,7 @@ class KqueueWatch(FileWatch):
         events = self._kq.control(None, 8, timeout)
         written = False
         rearm = False
-        gone = select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME | select.KQ_NOTE_REVOKE
+        gone = _sel.KQ_NOTE_DELETE | _sel.KQ_NOTE_RENAME | _sel.KQ_NOTE_REVOKE
         for ev in events:
             if ev.ident == self._r:
                 self._drain_kicks()
