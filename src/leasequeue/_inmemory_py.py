@@ -469,6 +469,13 @@ def _view(group: _Group) -> Tuple[Any, ...]:
 # message to the waiting claim it belongs to, and wakes those claims after
 # releasing the lock.
 #
+# ``publish`` is the wake-up path (a producer, a blocked worker), so it goes
+# one step further: when it sees claims waiting (the same unlocked read, made
+# first), it reads the clock before its locked step and serves inside it
+# (``_publish_to_waiters``): one lock instead of two, the wake right after.
+# It still ends with the test above, for a claim that came to wait after
+# that first read; and it reads the clock once either way.
+#
 # The queue: one FIFO of waiter records per distinct floor (``min_priority``)
 # in ``_wqueues``, the floors ascending in ``_wfloors``; each record is
 # numbered by arrival.  The floors that admit some ready group are a prefix
