@@ -159,7 +159,7 @@ def agents() -> Iterator[List[Agent]]:
         agent.proc.wait(LIVENESS)
 
 
-def _kernel_or_skip(agent: Agent) -> None:
+def _assert_kernel(agent: Agent) -> None:
     assert agent.mechanism == KERNEL, f"expected the {KERNEL} watch, the agent uses {agent.mechanism}"
 
 
@@ -172,7 +172,7 @@ def test_32_idle_claims_in_one_process_use_no_cpu(tmp_path: Any, agents: List[Ag
     SQLiteTransport(path).close()
     agent = Agent(path, claims=32)
     agents.append(agent)
-    _kernel_or_skip(agent.ready())
+    _assert_kernel(agent.ready())
     agent.send("cpu 2")
     ms, waiting = agent.expect("cpu", 30.0)
     assert int(waiting) == 32  # all of them still waiting: nothing woke them
@@ -185,7 +185,7 @@ def test_4_processes_with_8_idle_claims_each_use_no_cpu(tmp_path: Any, agents: L
     SQLiteTransport(path).close()
     agents.extend(Agent(path, claims=8) for _ in range(4))
     for agent in agents:
-        _kernel_or_skip(agent.ready())
+        _assert_kernel(agent.ready())
     for agent in agents:
         agent.send("cpu 2")  # measured over the same quiet 2 s
     figures = [agent.expect("cpu", 30.0) for agent in agents]
