@@ -202,7 +202,7 @@ def _wal_size(path: str) -> int:
 
 
 @pytest.mark.parametrize("mechanism", ["kernel", "poll"])
-@pytest.mark.parametrize("scenario", ["plain", "checkpointed", "fresh-file"])
+@pytest.mark.parametrize("scenario", ["plain", "checkpointed", "fresh-file", "durable"])
 def test_a_publish_wakes_a_claim_waiting_in_another_process(
     tmp_path: Any, agents: List[Agent], mechanism: str, scenario: str
 ) -> None:
@@ -217,7 +217,9 @@ def test_a_publish_wakes_a_claim_waiting_in_another_process(
     assert agent.mechanism == (KERNEL if mechanism == "kernel" else "poll")
     side = sqlite3.connect(path, isolation_level=None)
     try:
-        with SQLiteTransport(path) as t:
+        # durable: the publisher fsyncs each commit, between the WAL write the
+        # kernel reports and the commit becoming visible (the settle re-checks).
+        with SQLiteTransport(path, durable=scenario == "durable") as t:
             for i in range(3):
                 time.sleep(0.05)  # the claim is asleep again
                 if scenario == "checkpointed":
@@ -229,6 +231,43 @@ def test_a_publish_wakes_a_claim_waiting_in_another_process(
     finally:
         side.close()
     agent.close()
+
+
+ASYNC_AGENT = r"""
+import asyncio, json, sys
+from leasequeue import SQLiteTransport
+async def main():
+    t = SQLiteTransport(sys.argv[1])
+    task = asyncio.ensure_future(t.aclaim("a", 30, timeout=10))
+    while not t._queue.waiters or t._watcher.mechanism is None:
+        await asyncio.sleep(0.005)
+    print("ready", t._watcher.mechanism, flush=True)
+    lease = await task
+    print("got", json.dumps(None if lease is None else lease.event), flush=True)
+    t.close()
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("mechanism", ["kernel", "poll"])
+def test_a_publish_wakes_an_aclaim_waiting_in_another_process(tmp_path: Any, mechanism: str) -> None:
+    if mechanism == "kernel" and KERNEL is None:
+        pytest.skip("no kernel file watch on this platform")
+    path = str(tmp_path / "q.db")
+    SQLiteTransport(path).close()
+    proc = subprocess.Popen([sys.executable, "-c", ASYNC_AGENT, path], stdout=subprocess.PIPE, text=True,
+                            env=_env(mechanism))
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().split() == ["ready", KERNEL if mechanism == "kernel" else "poll"]
+        time.sleep(0.05)
+        with SQLiteTransport(path) as t:
+            t.publish("g", "to the coroutine")
+            assert proc.stdout.readline().rstrip("\n").split(None, 1) == ["got", json.dumps("to the coroutine")]
+        assert proc.wait(LIVENESS) == 0
+    finally:
+        proc.kill()
+        proc.wait(LIVENESS)
 
 
 @needs_kernel
