@@ -523,3 +523,32 @@ def test_a_process_killed_while_waiting_leaves_nothing_behind(tmp_path: Any, age
     assert int(waiting) == 4
     assert float(ms) < IDLE_BOUND_MS, f"the survivor, idle, used {float(ms):.2f} ms of CPU per second"
     survivor.close()
+
+
+NO_WATCH_PLATFORM = r"""
+import logging, sys, threading, time
+from leasequeue import SQLiteTransport
+sys.platform = "win32"  # stands for a platform with neither inotify nor kqueue (this is Linux: no kqueue)
+path = sys.argv[1]
+ts = [SQLiteTransport(path), SQLiteTransport(path)]
+for t in ts:
+    threading.Thread(target=t.claim, args=("w", 30), kwargs={"timeout": 10}, daemon=True).start()
+while not all(t._queue.waiters and t._watcher.mechanism for t in ts):
+    time.sleep(0.005)
+print(",".join(t._watcher.mechanism for t in ts), flush=True)
+for t in ts:
+    t.close()
+"""
+
+
+@pytest.mark.skipif(KERNEL != "inotify", reason="pretends a Linux machine has no kernel watch")
+def test_a_platform_without_a_kernel_watch_says_so_once_in_the_log(tmp_path: Any) -> None:
+    path = str(tmp_path / "q.db")
+    SQLiteTransport(path).close()
+    out = subprocess.run([sys.executable, "-c", NO_WATCH_PLATFORM, path], capture_output=True, text=True,
+                         env=_env("kernel"), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "poll,poll"
+    lines = [line for line in out.stderr.splitlines() if "no kernel file watch" in line]
+    assert len(lines) == 1, out.stderr  # once per process, not once per transport
+    assert "win32" in lines[0] and "LEASEQUEUE_SQLITE_WATCH=poll" in lines[0]

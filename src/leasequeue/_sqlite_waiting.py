@@ -35,8 +35,10 @@ Everything here that holds ``WaitQueue._lock`` runs no user code and no I/O.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
 import threading
 import time
 import warnings
@@ -219,6 +221,20 @@ def _warn_fallback(path: str, mechanism: str, why: BaseException) -> None:
     )
 
 
+def _note_no_watch(path: str) -> None:
+    """This platform has no kernel watch (Windows, ...): say so once, in the log."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    logging.getLogger("leasequeue").warning(
+        "leasequeue: no kernel file watch on this platform (%s): the waiting claims of SQLiteTransport(%r) "
+        "poll PRAGMA data_version, backing off to one poll every %.0f ms (a wake-up from another process can "
+        "take that long). Set %s=poll to choose the poll and silence this.",
+        sys.platform, path, POLL_CAP * 1000, ENV,
+    )
+
+
 class Watcher:
     """The thread that watches for other processes' commits and for expiry.
 
@@ -293,6 +309,8 @@ class Watcher:
             _warn_fallback(self._transport.path, os.environ.get(ENV, ""), exc)
             return None
         if mechanism == "poll":
+            if os.environ.get(ENV, "auto").strip().lower() != "poll":
+                _note_no_watch(self._transport.path)  # auto, on a platform that has none
             return None
         try:
             return open_watch(self._transport.path, mechanism)
