@@ -552,3 +552,32 @@ def test_a_platform_without_a_kernel_watch_says_so_once_in_the_log(tmp_path: Any
     lines = [line for line in out.stderr.splitlines() if "no kernel file watch" in line]
     assert len(lines) == 1, out.stderr  # once per process, not once per transport
     assert "win32" in lines[0] and "LEASEQUEUE_SQLITE_WATCH=poll" in lines[0]
+
+
+@needs_kernel
+@pytest.mark.parametrize("how", ["relative-then-chdir", "through-a-symlink"])
+def test_the_watch_finds_the_wal_the_transport_uses(tmp_path: Any, monkeypatch: Any, how: str) -> None:
+    """A transport opened with a relative path keeps watching its own WAL
+    after os.chdir(); one opened through a symlink watches the WAL SQLite
+    writes (next to the real file).  Either way a commit on the file through
+    another transport (another connection: through the watch) wakes it."""
+    real = tmp_path / "data" / "q.db"
+    real.parent.mkdir()
+    if how == "relative-then-chdir":
+        monkeypatch.chdir(real.parent)
+        waiting_on: Any = "q.db"
+    else:
+        (tmp_path / "link.db").symlink_to(real)
+        waiting_on = tmp_path / "link.db"
+    with SQLiteTransport(waiting_on) as a, SQLiteTransport(real) as b:
+        if how == "relative-then-chdir":
+            monkeypatch.chdir(tmp_path)
+        got: List[Any] = []
+        waiting = threading.Thread(target=lambda: got.append(a.claim("w", 30, timeout=LIVENESS)), daemon=True)
+        waiting.start()
+        _until(lambda: a._queue.waiters and a._watcher._watch is not None, "a's claim waiting, its watch armed")
+        assert a._watcher._watch.wal == os.path.realpath(real) + "-wal"  # type: ignore[union-attr]
+        time.sleep(0.05)
+        b.publish("g", how)
+        waiting.join(LIVENESS)
+        assert got and got[0] is not None and got[0].event == how

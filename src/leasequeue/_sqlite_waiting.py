@@ -261,6 +261,8 @@ class Watcher:
     def __init__(self, transport: Any, queue: WaitQueue) -> None:
         self._transport = transport
         self._queue = queue
+        # The database's absolute path now: a later os.chdir() must not move the watch.
+        self._db_path = os.path.abspath(transport.path)
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -313,7 +315,7 @@ class Watcher:
                 _note_no_watch(self._transport.path)  # auto, on a platform that has none
             return None
         try:
-            return open_watch(self._transport.path, mechanism)
+            return open_watch(self._db_path, mechanism)
         except OSError as exc:
             _warn_fallback(self._transport.path, mechanism, exc)
             return None

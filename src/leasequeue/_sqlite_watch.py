@@ -84,8 +84,10 @@ class FileWatch:
 
     def __init__(self, db_path: str) -> None:
         self._pid = os.getpid()
-        # SQLite names the WAL after the database's real path (symlinks resolved).
-        self.wal = os.path.realpath(db_path) + "-wal"
+        # SQLite names the WAL after the database's real path (symlinks
+        # resolved; older versions: the path as given): the one that exists.
+        real, given = os.path.realpath(db_path) + "-wal", os.path.abspath(db_path) + "-wal"
+        self.wal = given if given != real and not os.path.exists(real) and os.path.exists(given) else real
         self.directory, name = os.path.split(self.wal)
         self._name = os.fsencode(name)
         self._lock = threading.Lock()  # kick() against close(): never write to a reused fd
