@@ -21,9 +21,10 @@ cold caches -- measured so, it costs several times what a hot loop says):
 * and, for the attribution, ``publish`` alone and ``claim`` alone (no claim
   waiting), cold too.
 
-``--baseline FILE``: also measure another version of ``_inmemory_py.py``
-(e.g. ``git show d13ce49:src/leasequeue/_inmemory_py.py > FILE``), loaded
-as a module of this ``leasequeue`` package, in the same repeats.
+``--baseline FILE``: also measure another version of the pure twin's module
+(e.g. ``git show d13ce49:src/leasequeue/_inmemory_py.py > FILE``, from a
+tree with the same layout), loaded beside this tree's (its relative imports
+resolve in the same package), in the same repeats.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ def _queue(n: int) -> Dict[str, float]:
     return {"publisher": statistics.median(pub), "consumer": statistics.median(end)}
 
 
-def _load(path: str) -> Any:
-    spec = importlib.util.spec_from_file_location("leasequeue._inmemory_py_baseline", path)
+def _load(path: str, beside: Any) -> Any:
+    """``path`` as a module of ``beside``'s package (its relative imports resolve there)."""
+    spec = importlib.util.spec_from_file_location(beside.__name__ + "_baseline", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -113,11 +115,12 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--baseline", metavar="FILE", help="another _inmemory_py.py to measure alongside")
     args = parser.parse_args()
-    import leasequeue._inmemory_py as pure
+    from leasequeue.bench.impls import load
 
+    pure = sys.modules[load("pure").__module__]  # the pure twin's module, wherever the tree keeps it
     contenders: Dict[str, Any] = {"pure": pure, "queue.Queue": None}
     if args.baseline:
-        contenders = {"baseline": _load(args.baseline), **contenders}
+        contenders = {"baseline": _load(args.baseline, pure), **contenders}
     runs: Dict[str, List[Dict[str, float]]] = {k: [] for k in contenders}
     rng = random.Random(1)
     for _ in range(args.repeats):

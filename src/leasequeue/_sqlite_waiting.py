@@ -44,7 +44,9 @@ import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from ._sqlite_watch import ENV, FileWatch, choose_mechanism, open_watch
+# Absolute: this module moves to _backends/sqlite/ (issue 20) while _sqlite_watch.py, new, stays
+# beside the old layout until it moves too; then make it relative again.
+from leasequeue._sqlite_watch import ENV, FileWatch, choose_mechanism, open_watch
 
 __all__ = ["POLL_CAP", "POLL_START", "SETTLE", "WaitQueue", "Waiter", "Watcher"]
 
