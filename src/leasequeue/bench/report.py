@@ -128,7 +128,8 @@ def _goals(report: Dict[str, Any]) -> List[str]:
         "",
         "## Performance goals",
         "",
-        "The project's goals for the Cython transport, judged on this run (reported, never asserted in tests).",
+        "The project's goals for the Cython transport (and one for the pure twin's thread wake-up), judged on this "
+        "run (reported, never asserted in tests).",
     ]
     if any(t["at"].startswith("wake_") for t in goals):
         lines.append("Wake-up goals compare medians of p50s, which a loaded machine moves: judge them on a quiet run.")

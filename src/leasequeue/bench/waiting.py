@@ -401,11 +401,14 @@ WHY = {
     "(call_soon_threadsafe)",
     "bridges": "janus and culsans are the queues people use between threads and asyncio: waking "
     "across that boundary is what leasequeue must do better",
+    "pure": "the pure-Python twin is what PyPy and platforms without a wheel get: its worker should "
+    "not wake much later than one blocked in queue.Queue.get()",
 }
 
 
 def waiting_goals(waiting: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The waiting goals of the Cython transport, judged on a run's ``waiting`` part."""
+    """The waiting goals of the Cython transport (and the pure twin's thread
+    wake-up), judged on a run's ``waiting`` part."""
     if not waiting:
         return []
     out: List[Dict[str, Any]] = []
@@ -426,6 +429,10 @@ def waiting_goals(waiting: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
             out.append({"target": f"{label} wake p50: Cython / {other}", "goal": "< 1", "value": v,
                         "met": None if v is None else v < 1.0, "at": kind,
                         "note": "" if v is not None else "not measured", "why": WHY["bridges"]})
+    v = ratio("wake_thread", "pure", "queue")
+    out.append({"target": "thread wake p50: pure Python / queue.Queue", "goal": "<= 1.3", "value": v,
+                "met": None if v is None else v <= 1.3, "at": "wake_thread",
+                "note": "" if v is not None else "not measured", "why": WHY["pure"]})
     return out
 
 

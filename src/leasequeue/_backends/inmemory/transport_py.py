@@ -495,6 +495,13 @@ def _view(group: _Group) -> Tuple[Any, ...]:
 # message to the waiting claim it belongs to, and wakes those claims after
 # releasing the lock.
 #
+# ``publish`` is the wake-up path (a producer, a blocked worker), so it goes
+# one step further: when it sees claims waiting (the same unlocked read, made
+# first), it reads the clock before its locked step and serves inside it
+# (``_publish_to_waiters``): one lock instead of two, the wake right after.
+# It still ends with the test above, for a claim that came to wait after
+# that first read; and it reads the clock once either way.
+#
 # The queue: one FIFO of waiter records per distinct floor (``min_priority``)
 # in ``_wqueues``, the floors ascending in ``_wfloors``; each record is
 # numbered by arrival.  The floors that admit some ready group are a prefix
@@ -671,6 +678,8 @@ class InMemoryTransport:
             group_id = _check_id(group_id, "group_id")
         if type(priority) is not int or not _INT64_MIN <= priority <= _INT64_MAX:
             priority = _check_priority(priority, "priority")
+        if self._nwaiting and not self._busy:
+            return self._publish_to_waiters(group_id, event, priority)
         with self._lock:
             self._seq = seq = self._seq + 1
             if self._busy:
@@ -1954,7 +1963,80 @@ class InMemoryTransport:
 
     # -- waiting claims (the waiters section; _waiting.py is the other side)
 
-    def _serve_waiters(self, now: Optional[float]) -> None:
+    def _publish_to_waiters(self, group_id: str, event: Any, priority: int) -> int:
+        """``publish`` while claims wait (arguments checked): the wake-up path.
+
+        The clock is read first (outside the lock, as ``_serve_waiters``
+        would read it after), so that the message is added and handed to a
+        waiting claim in one locked step: one lock, one operation's
+        bookkeeping, the wake right after.  The locked step is ``publish``'s
+        own (the same ``_add``, the same undo of the sequence number); what a
+        finaliser does in it is served after it, as a separate serving would.
+        A failing clock is ``_serve_waiters``'s case: nothing is handed over,
+        the timer looks, ``KeyboardInterrupt`` and the like propagate after
+        the message is published.
+        """
+        now: Optional[float] = None
+        error: Optional[BaseException] = None
+        try:
+            now = self._clock()
+            if type(now) is not float or now - now != 0.0:
+                now = _check_time(now)
+        except BaseException as exc:  # noqa: B036 - re-raised by _serve_waiters unless ordinary
+            error = exc
+            now = None
+        chain: Optional[List[_Waiter]] = None
+        with self._lock:
+            self._seq = seq = self._seq + 1
+            if self._busy:  # as in publish
+                self._pending.append((seq, group_id, event, priority))
+                return seq
+            self._busy = True
+            try:
+                try:
+                    self._add(seq, group_id, event, priority)
+                except BaseException:
+                    if self._seq == seq:  # nothing published since: the number is free again
+                        self._seq = seq - 1
+                    raise
+                if now is not None and self._nwaiting:
+                    chain = self._serve_in(now)
+            finally:
+                self._settle()
+        if chain is not None:
+            for w in chain:  # _wake, inline
+                w.wake()
+            if self._poke:
+                self._poke = False
+                _waiting.poke_timer(self)
+            if self._nwaiting and (self._orphans or self._seq != seq):
+                # User code run by _settle (a finaliser) ended a wait or
+                # published: serve that, as a separate serving would have.
+                self._serve_waiters(now)
+        elif error is not None:
+            self._serve_waiters(None, error)
+        elif self._nwaiting:
+            self._serve_waiters(now)  # (the claims that waited left meanwhile; new ones came)
+        return seq
+
+    def _serve_in(self, now: float) -> List[_Waiter]:
+        """``publish``'s serving, in its own locked step after its message was
+        added (``now``: the clock read before the lock): what
+        ``_serve_waiters`` does under the lock.  Returns the waiters to wake."""
+        pending = self._pending
+        while pending:  # as _settle would have before a separate serving
+            self._add(*pending.pop(0))
+        if now < self._time:
+            now = self._time
+        else:
+            self._time = now
+        chain: List[_Waiter] = []
+        self._serve_locked(now, chain)
+        if self._orphans or self._pending or self._closed:
+            self._serve_nested(now, chain)
+        return chain
+
+    def _serve_waiters(self, now: Optional[float], error: Optional[BaseException] = None) -> None:
         """THE ENTRY POINT (see the waiters section): serve the waiting claims.
 
         Call it *after* releasing the lock, when ``self._nwaiting``, at the
@@ -1962,14 +2044,23 @@ class InMemoryTransport:
         read the clock; ``now`` is that operation's clock reading, or None
         when it read none (the clock is read here then).  If that read fails,
         nothing is handed over and the expiry timer is asked to look for
-        itself: the operation does not fail.
+        itself: the operation does not fail.  ``error``: the clock already
+        failed (``publish`` read it before its locked step): do not read it.
+
+        This is the path from a publish to a waiting claim's wake-up: it
+        does as little as it can (one ``_find`` per floor looked at, the
+        nested-serving and settling work only when there is some, the wakes
+        inline), because every step of it runs before the waiter wakes, on
+        caches gone cold while the producer slept.
         """
-        error: Optional[BaseException] = None
-        if now is None:
+        if now is None and error is None:
             try:
-                now = _check_time(self._clock())
+                now = self._clock()
+                if type(now) is not float or now - now != 0.0:
+                    now = _check_time(now)
             except BaseException as exc:  # noqa: B036 - re-raised below unless an ordinary error
                 error = exc
+                now = None
         chain: List[_Waiter] = []
         with self._lock:
             if self._busy:
@@ -1986,10 +2077,18 @@ class InMemoryTransport:
                         else:
                             self._time = now
                         self._serve_locked(now, chain)
-                        self._serve_nested(now, chain)
+                        if self._orphans or self._pending or self._closed:
+                            self._serve_nested(now, chain)
             finally:
-                self._settle()
-        self._wake(chain)
+                if self._pending or self._orphans:
+                    self._settle()
+                else:
+                    self._busy = False
+        for w in chain:  # _wake, inline
+            w.wake()
+        if self._poke:
+            self._poke = False
+            _waiting.poke_timer(self)
         if error is not None and not isinstance(error, Exception):
             raise error  # KeyboardInterrupt and the like: not swallowed
 
@@ -2005,21 +2104,29 @@ class InMemoryTransport:
         if expiry and expiry[0][0] < now:
             self._expire(now)
         queues = self._wqueues
+        find = self._find
         while self._nwaiting:
             best: Optional[_Waiter] = None
+            group: Optional[_Group] = None
             for floor in self._wfloors:
-                if self._find(floor) is None:
+                entry = find(floor)
+                if entry is None:
                     break  # nor does any higher floor admit a ready group
                 head = queues[floor].head
                 assert head is not None
                 if best is None or head.arrival < best.arrival:
                     best = head
+                    group = entry[1]  # what _find(best.floor) returns: the group it claims
             if best is None:
                 break
-            self._hand_off(best, now)
-            if self._promise(best, chain):
+            assert group is not None
+            self._hand_off(best, group, now)
+            if not best.pending:  # _promise, inline
+                best.pending = True
+                chain.append(best)
                 self._wakeups[0] += 1
-        self._arm_timer()
+        if self._nwaiting:
+            self._arm_timer()
 
     def _serve_nested(self, now: float, chain: List[_Waiter]) -> None:
         """After ``_serve_locked`` (lock held): user code that the garbage
@@ -2034,12 +2141,10 @@ class InMemoryTransport:
                 self._add(*pending.pop(0))
             self._serve_locked(now, chain)
 
-    def _hand_off(self, w: _Waiter, now: float) -> None:
-        """Claim for ``w`` (queued; some ready group admits it) as ``claim``
-        would, keep the lease and the undo data on it, take it off the queue."""
-        entry = self._find(w.floor)
-        assert entry is not None
-        group = entry[1]
+    def _hand_off(self, w: _Waiter, group: _Group, now: float) -> None:
+        """Claim ``group`` (what ``_find(w.floor)`` returns) for ``w`` (queued)
+        as ``claim`` would, keep the lease and the undo data on it, take it
+        off the queue."""
         w.prev_key = group.key
         w.prev_claimed_at = group.last_claimed_at
         w.prev_open = group.open
@@ -2245,6 +2350,16 @@ class InMemoryTransport:
     def _wait_end(self, w: _Waiter, keep: bool) -> Optional[Lease]:
         """End ``w``'s wait: its handed lease if ``keep``, else an exact undo
         of the hand-off (the message goes to the next waiter).  Never raises."""
+        if keep:
+            # The common end, on the wake-up path: a lease was handed over.  A
+            # handed record is no longer queued (only its owner touches it),
+            # so there is nothing to serve: mark it, build the lease after the lock.
+            with self._lock:
+                handed = w.state == _W_HANDED and not self._busy
+                if handed:
+                    w.state = _W_IDLE
+            if handed:
+                return self._lease_of(w)
         chain: List[_Waiter] = []
         with self._lock:
             if self._busy:

@@ -324,9 +324,6 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
 
 
 _CLOSED = object()  # a waiting claim's attempt found the transport closed
-#: How often (seconds) the watcher re-reads the earliest lock end when no other
-#: connection committed (this process's own locks change it too).
-EXPIRY_RECHECK = 0.025
 #: A claim waiting on the main thread wakes this often to let interrupts in.
 _MAIN_THREAD_SLICE = 0.05
 
@@ -404,7 +401,6 @@ class SQLiteTransport:
         self._executor: Optional[ThreadPoolExecutor] = None
         self._data_version: Optional[int] = None
         self._next_expiry: Optional[float] = None
-        self._expiry_checked = -_INF
         conn = _open(path, durable, busy_timeout)
         self._conn = conn
         self._cur = conn.cursor()
@@ -467,6 +463,7 @@ class SQLiteTransport:
             _ORPHANED.append(self._conn)
         self._conn = None
         self._cur = None
+        self._watcher.forget()  # its thread did not survive the fork; its descriptors did
         self._queue = WaitQueue()
         self._watcher = Watcher(self, self._queue)
         self._executor = None
@@ -1382,27 +1379,24 @@ class SQLiteTransport:
 
     def _poll(self) -> Tuple[bool, Optional[float]]:
         """Has another connection committed since the last poll?  And the
-        earliest lock end (re-read on a change, else every EXPIRY_RECHECK s)."""
+        earliest lock end (this process's own commits move it too)."""
         with self._lock:
             cur = self._cursor()
             try:
                 version = cur.execute("PRAGMA data_version").fetchone()[0]
                 changed = version != self._data_version
-                checked = time.monotonic()
-                if changed or checked - self._expiry_checked > EXPIRY_RECHECK:
-                    self._next_expiry = cur.execute(_Q["next_expiry"]).fetchone()[0]
-                    self._expiry_checked = checked
+                self._next_expiry = cur.execute(_Q["next_expiry"]).fetchone()[0]
             except BaseException as exc:
                 self._abort(exc)
         self._data_version = version
         return changed, self._next_expiry
 
-    def _expire_due(self, next_expiry: float) -> None:
+    def _expire_due(self, next_expiry: float) -> float:
         """Apply expiry if the earliest lock end is due by the clock, and wake
-        a waiting claim if that made work claimable."""
+        a waiting claim if that made work claimable.  Returns the clock's reading."""
         now = self._now()
         if not now > next_expiry:
-            return
+            return now
         wakes: Any = ()
         with self._lock:
             cur = self._cursor()
@@ -1415,6 +1409,7 @@ class SQLiteTransport:
                 self._abort(exc)
         if wakes:
             call_all(wakes)
+        return now
 
     def _topup(self) -> None:
         """Another process committed: if work is claimable and no waiting claim

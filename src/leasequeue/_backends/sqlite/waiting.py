@@ -35,17 +35,45 @@ Everything here that holds ``WaitQueue._lock`` runs no user code and no I/O.
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import sys
 import threading
+import time
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-__all__ = ["POLL_CAP", "POLL_START", "WaitQueue", "Waiter"]
+from .watch import ENV, FileWatch, choose_mechanism, open_watch
 
-#: Backoff of the watcher's ``PRAGMA data_version`` poll: first interval after
-#: a change, and the cap (the bound of a cross-process wake-up's latency).
+__all__ = ["POLL_CAP", "POLL_START", "SETTLE", "WaitQueue", "Waiter", "Watcher"]
+
+#: The fallback poll of ``PRAGMA data_version`` (no kernel watch): first
+#: interval after a change, and the cap it backs off to (the bound of a
+#: cross-process wake-up's latency in the fallback; idle, about 10 polls/s).
 POLL_START = 0.0002
-POLL_CAP = 0.003
+POLL_CAP = 0.1
+#: With a kernel watch: re-checks after the last write reported (seconds
+#: after each other), in case the commit was not visible yet when the write
+#: was reported (SQLite publishes it in the ``-shm`` index after writing the
+#: WAL; a ``durable=True`` commit fsyncs in between).  Five looks per burst of
+#: writes, none while nothing is written.
+SETTLE = (0.001, 0.004, 0.02, 0.1, 0.5)
+#: With a kernel watch, the shortest gap between two looks (a burst of
+#: writes costs at most one look per gap).
+MIN_LOOK_GAP = 0.0002
+#: The sleep before looking again at an expiry that is due yet still the
+#: earliest (a clock standing still): doubling from the first to the second.
+EXPIRY_MIN_SLEEP = 0.001
+EXPIRY_MAX_SLEEP = 0.5
+#: With a kernel watch, the longest sleep between two looks when nothing is
+#: written and no lock ends sooner: a safety net (against a wall clock that
+#: jumps, or a write the kernel did not report) that costs one look a minute.
+MAX_SLEEP = 60.0
 #: A watcher with no claim waiting exits after this many seconds.
 WATCHER_IDLE = 1.0
+
+_INF = math.inf
 
 Wake = Callable[[], None]
 
@@ -175,74 +203,219 @@ def call_all(wakes: List[Wake]) -> None:
             pass
 
 
+_warned = False  # the fallback to the poll was reported (once per process)
+
+
+def _warn_fallback(path: str, mechanism: str, why: BaseException) -> None:
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    warnings.warn(
+        f"leasequeue: SQLiteTransport({path!r}) cannot watch its WAL file with {mechanism} ({why}); "
+        f"its waiting claims poll PRAGMA data_version instead, backing off to one poll every "
+        f"{POLL_CAP * 1000:.0f} ms (a wake-up from another process can take that long). "
+        f"Set {ENV}=poll to choose the poll and silence this warning.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def _note_no_watch(path: str) -> None:
+    """This platform has no kernel watch (Windows, ...): say so once, in the log."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    logging.getLogger("leasequeue").warning(
+        "leasequeue: no kernel file watch on this platform (%s): the waiting claims of SQLiteTransport(%r) "
+        "poll PRAGMA data_version, backing off to one poll every %.0f ms (a wake-up from another process can "
+        "take that long). Set %s=poll to choose the poll and silence this.",
+        sys.platform, path, POLL_CAP * 1000, ENV,
+    )
+
+
 class Watcher:
     """The thread that watches for other processes' commits and for expiry.
 
-    ``poll()`` (the transport's) returns ``(changed, next_expiry)``;
-    ``topup()`` hands out a token if work is claimable and nobody holds one;
-    ``expire_due(next_expiry)`` applies expiry if it is due by the clock.
+    The transport's calls: ``_poll()`` returns ``(changed, next_expiry)``
+    (``PRAGMA data_version`` moved; the earliest lock end); ``_topup()``
+    hands out a token if work is claimable and nobody holds one;
+    ``_expire_due(next_expiry)`` applies expiry if it is due by the clock and
+    returns the clock's reading.
+
     The thread runs while claims wait and exits after ``WATCHER_IDLE``
-    seconds without any.
+    seconds without any.  With a kernel watch (``mechanism`` ``inotify`` or
+    ``kqueue``, ``watch.py``) each round is: look (``_poll``, expiry,
+    top-up), then sleep in the kernel until the WAL file is written, the
+    earliest lock end is due by the clock (measured from the clock's reading,
+    the clock being assumed to count seconds), or a settle re-check is due
+    (``SETTLE``: after a write, SQLite makes the commit visible in the
+    ``-shm`` index *after* the WAL ``write()`` the watch reports, so a look
+    right after the write may miss it).  The watch stays armed the whole
+    time, so a commit after a look is always reported.  Without one
+    (``mechanism == "poll"``) it polls, backing off from ``POLL_START`` to
+    ``POLL_CAP``.
     """
 
     def __init__(self, transport: Any, queue: WaitQueue) -> None:
         self._transport = transport
         self._queue = queue
+        # The database's absolute path now: a later os.chdir() must not move the watch.
+        self._db_path = os.path.abspath(transport.path)
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        self._kick = threading.Event()  # wakes the idle or polling thread
+        self._idle = False  # the thread sleeps on _kick: no claim waits
+        self._watch: Optional[FileWatch] = None
+        #: How the thread learns of other processes' commits: "inotify",
+        #: "kqueue" or "poll" (None until it first ran).  For tests and benches.
+        self.mechanism: Optional[str] = None
 
     def ensure(self) -> None:
-        """Start the thread if it is not running."""
+        """Start the thread if it is not running (a claim is about to sleep)."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
+                if self._idle:
+                    self._idle = False
+                    self._kick.set()
                 return
             self._stop.clear()
+            self._kick.clear()
+            self._idle = False
             self._thread = threading.Thread(target=self._run, name="leasequeue-sqlite-watcher", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
+        watch = self._watch
+        if watch is not None:
+            watch.kick()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
 
+    def forget(self) -> None:
+        """In a child after fork(): close the inherited watch's descriptors
+        (the thread did not survive the fork); take no lock."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.forget()
+
+    def _open_watch(self) -> Optional[FileWatch]:
+        try:
+            mechanism = choose_mechanism()
+        except ValueError as exc:
+            _warn_fallback(self._transport.path, os.environ.get(ENV, ""), exc)
+            return None
+        if mechanism == "poll":
+            if os.environ.get(ENV, "auto").strip().lower() != "poll":
+                _note_no_watch(self._transport.path)  # auto, on a platform that has none
+            return None
+        try:
+            return open_watch(self._db_path, mechanism)
+        except OSError as exc:
+            _warn_fallback(self._transport.path, mechanism, exc)
+            return None
+
     def _run(self) -> None:
+        try:
+            watch = self._watch = self._open_watch()
+            self.mechanism = "poll" if watch is None else watch.mechanism
+            self._loop()
+        finally:
+            watch, self._watch = self._watch, None
+            if watch is not None:
+                watch.close()
+
+    def _idle_wait(self) -> bool:
+        """No claim waits: sleep until one does (True) or WATCHER_IDLE passes (False)."""
+        queue = self._queue
+        with self._lock:
+            self._idle = True
+            self._kick.clear()
+        if not queue.waiters:
+            self._kick.wait(WATCHER_IDLE)
+        with self._lock:
+            self._idle = False
+            if not queue.waiters and not self._stop.is_set():
+                # Exit unless a claim registered meanwhile (ensure() holds
+                # this lock while it checks is_alive()).
+                self._thread = None
+                return False
+        return True
+
+    def _loop(self) -> None:
         transport = self._transport
         queue = self._queue
         stop = self._stop
-        delay = POLL_START
-        idle_since: Optional[float] = None
-        import time
-
+        kick = self._kick
         monotonic = time.monotonic
-        sleep = time.sleep
+        delay = POLL_START  # the poll's backoff (no kernel watch)
+        expiry_backoff = EXPIRY_MIN_SLEEP  # when the clock stands still at a due expiry
+        settle = len(SETTLE)  # index of the next settle re-check (none pending)
+        recheck_at = _INF
+        looked = -_INF
         while not stop.is_set():
             if not queue.waiters:
-                now = monotonic()
-                if idle_since is None:
-                    idle_since = now
-                elif now - idle_since > WATCHER_IDLE:
-                    with self._lock:
-                        # Exit unless a claim registered meanwhile (ensure()
-                        # holds this lock while it checks is_alive()).
-                        if not queue.waiters:
-                            self._thread = None
-                            return
-                stop.wait(POLL_CAP)
+                if not self._idle_wait():
+                    return
                 continue
-            idle_since = None
+            # Look: other processes' commits, then expiry.
+            if self._watch is not None:
+                early = looked + MIN_LOOK_GAP - monotonic()
+                if early > 0.0:
+                    time.sleep(early)  # a burst of writes: they coalesce meanwhile
+            looked = monotonic()
+            timeout: Optional[float] = None
             try:
                 changed, next_expiry = transport._poll()
-                if next_expiry is not None:
-                    transport._expire_due(next_expiry)
                 if changed:
                     transport._topup()
-                    delay = POLL_START
-                else:
-                    delay = min(delay * 2, POLL_CAP)
+                if next_expiry is not None:
+                    now = transport._expire_due(next_expiry)
+                    gap = next_expiry - now
+                    if gap > 0.0:
+                        expiry_backoff = EXPIRY_MIN_SLEEP
+                    else:  # due, yet still the earliest: the clock stands still (a manual clock)
+                        gap = expiry_backoff
+                        expiry_backoff = min(expiry_backoff * 2.0, EXPIRY_MAX_SLEEP)
+                    timeout = gap
             except Exception:  # a closed transport, a clock that raised: try again later
                 if transport.closed:
                     return
-                delay = POLL_CAP
-            sleep(delay)  # cheaper than Event.wait(timeout); stop is checked each tick
+                changed = False
+                timeout = POLL_CAP
+            # Sleep.
+            watch = self._watch
+            if watch is None:
+                delay = POLL_START if changed else min(delay * 2.0, POLL_CAP)
+                timeout = delay if timeout is None else min(timeout, delay)
+                kick.wait(timeout)
+                if not self._idle:
+                    kick.clear()
+                continue
+            if recheck_at != _INF:
+                until = recheck_at - monotonic()
+                timeout = until if timeout is None else min(timeout, until)
+            if timeout is None or timeout > MAX_SLEEP:
+                timeout = MAX_SLEEP
+            try:
+                written = watch.wait(max(timeout, 0.0))
+            except Exception as exc:  # noqa: BLE001 - the kernel watch failed: poll from now on
+                _warn_fallback(transport.path, watch.mechanism, exc)
+                self._watch = None
+                self.mechanism = "poll"
+                watch.close()
+                continue
+            if written:
+                settle = 0
+            elif monotonic() < recheck_at:
+                continue  # a kick or the expiry: no settle re-check is due yet
+            if settle < len(SETTLE):
+                recheck_at = monotonic() + SETTLE[settle]
+                settle += 1
+            else:
+                recheck_at = _INF
