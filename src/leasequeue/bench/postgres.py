@@ -37,7 +37,7 @@ import sys
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 WORKER_COUNTS = (1, 2, 4, 8)
 BATCH = 64
@@ -135,6 +135,203 @@ SYSTEMS: Dict[str, Callable[..., None]] = {
 }
 #: The systems left out of this run, and why.
 MISSING: Dict[str, str] = {}
+
+
+# ---------------------------------------------------------------- consume only
+# A queue filled up front (``jobs`` messages over ``groups`` groups, not
+# timed), then W worker processes that only consume, each peer through the
+# loop or worker its users run.  Each process reports (jobs done, time.time()
+# of its last job done); the rate is all jobs over start -> the last one.
+
+#: The consume-only variants, in the order they run at each point.
+CONSUME_VARIANTS = ("leasequeue", "leasequeue-batch", "pgqueuer", "pgqueuer-batch", "pgqueuer-1",
+                    "procrastinate")
+
+
+def _consume_batch(variant: str, batch: int) -> int:
+    """The batch size a variant runs with (PGQueuer's QueueManager default is 10)."""
+    if variant == "leasequeue":
+        return 1
+    if variant == "pgqueuer":
+        return 10
+    if variant == "pgqueuer-1":
+        return 1
+    if variant == "procrastinate":
+        return 1
+    return batch
+
+
+def _lq_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
+    """claim(timeout=0.2) -> ack (batch 1), or claim_many -> ack_many, as a
+    worker loop does: a worker with nothing to take waits in claim."""
+    from leasequeue import PostgresTransport
+
+    t = PostgresTransport(conninfo, queue=queue)
+    worker = f"w{wid}"
+    n, last = 0, 0.0
+    out.put("ready")
+    start.wait()
+    while True:
+        if batch == 1:
+            lease = t.claim(worker, 30.0, timeout=0.2)
+            if lease is None:
+                break
+            t.ack(lease)
+            n += 1
+        else:
+            leases = t.claim_many(worker, 30.0, batch)
+            if not leases:
+                lease = t.claim(worker, 30.0, timeout=0.2)
+                if lease is None:
+                    break
+                leases = [lease]
+            t.ack_many(leases)
+            n += len(leases)
+        last = time.time()
+    t.close()
+    out.put((n, last))
+
+
+def _pgqueuer_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
+    """PGQueuer's own worker, ``QueueManager.run`` in drain mode (it returns
+    once the queue is empty), with ``batch_size=batch`` and every other
+    setting at its default."""
+    import psycopg
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    async def run() -> Tuple[int, float]:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        qm = QueueManager(Queries.from_psycopg_connection(conn))
+        done = [0, 0.0]
+
+        @qm.entrypoint(queue)
+        async def handle(job: Any) -> None:
+            done[0] += 1
+            done[1] = time.time()
+
+        out.put("ready")
+        await asyncio.get_running_loop().run_in_executor(None, start.wait)
+        await qm.run(batch_size=batch, mode=QueueExecutionMode.drain)
+        # Its finished jobs are logged (deleted) in batches: the last one is
+        # done when run() returns.
+        return done[0], time.time()
+
+    out.put(asyncio.run(run()))
+
+
+def _procrastinate_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
+    """procrastinate's own worker (``run_worker_async``, concurrency 1, its
+    defaults; ``wait=False``: it returns once nothing is left to fetch)."""
+    from procrastinate import App, PsycopgConnector
+
+    async def run() -> Tuple[int, float]:
+        app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=2))
+        done = [0, 0.0]
+
+        @app.task(name="bench", queue=queue)
+        async def bench(n: int) -> None:
+            done[0] += 1
+            done[1] = time.time()
+
+        async with app.open_async():
+            out.put("ready")
+            await asyncio.get_running_loop().run_in_executor(None, start.wait)
+            await app.run_worker_async(queues=[queue], wait=False, install_signal_handlers=False)
+        return done[0], done[1]
+
+    out.put(asyncio.run(run()))
+
+
+CONSUMERS: Dict[str, Callable[..., None]] = {
+    "leasequeue": _lq_consume,
+    "pgqueuer": _pgqueuer_consume,
+    "procrastinate": _procrastinate_consume,
+}
+
+
+def _get(out: Any, procs: Sequence[Any], timeout: float) -> Any:
+    """The next report of a worker process; an error if one died without one."""
+    import queue as queues
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return out.get(timeout=1.0)
+        except queues.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"a worker process failed (exit code {dead[0].exitcode})") from None
+            if time.time() > deadline:
+                raise RuntimeError("no report from the worker processes in time") from None
+
+
+def fill(system: str, conninfo: str, queue: str, jobs: int, groups: int) -> None:
+    """Publish ``jobs`` jobs (job i in group i % groups) through each system's
+    own batch API; PGQueuer has no groups (it ignores them)."""
+    chunk = 1000
+    if system == "leasequeue":
+        from leasequeue import PostgresTransport
+
+        with PostgresTransport(conninfo, queue=queue) as t:
+            for base in range(0, jobs, chunk):
+                t.publish_many([(f"g{i % groups}", {"n": i}) for i in range(base, min(base + chunk, jobs))])
+    elif system == "pgqueuer":
+        import psycopg
+        from pgqueuer.queries import Queries
+
+        async def run() -> None:
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+            q = Queries.from_psycopg_connection(conn)
+            for base in range(0, jobs, chunk):
+                k = min(chunk, jobs - base)
+                await q.enqueue([queue] * k, [json.dumps({"n": base + i}).encode() for i in range(k)], [0] * k)
+            await conn.close()
+
+        asyncio.run(run())
+    else:
+        from procrastinate import App, PsycopgConnector
+        from procrastinate import jobs as pjobs
+
+        async def run() -> None:
+            app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=2))
+            async with app.open_async():
+                for base in range(0, jobs, chunk):
+                    await app.job_manager.batch_defer_jobs_async([
+                        pjobs.Job(queue=queue, lock=f"g{i % groups}", queueing_lock=None, task_name="bench",
+                                  task_kwargs={"n": i})
+                        for i in range(base, min(base + chunk, jobs))])
+
+        asyncio.run(run())
+
+
+def run_consume(variant: str, conninfo: str, workers: int, jobs: int, groups: int, batch: int) -> float:
+    """Jobs per second of ``workers`` processes emptying a pre-filled queue."""
+    system = variant.split("-")[0]
+    size = _consume_batch(variant, batch)
+    queue = f"c{uuid.uuid4().hex[:10]}"
+    _vacuum(conninfo)
+    fill(system, conninfo, queue, jobs, groups)
+    _vacuum(conninfo)
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    out = ctx.Queue()
+    procs = [ctx.Process(target=CONSUMERS[system], args=(conninfo, queue, w, size, start, out))
+             for w in range(workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        assert _get(out, procs, 300) == "ready"
+    began = time.time()
+    start.set()
+    done = [_get(out, procs, 1800) for _ in procs]
+    for p in procs:
+        p.join(60)
+    total = sum(n for n, _ in done)
+    if total != jobs:
+        raise RuntimeError(f"{variant}: {workers} workers did {total} of {jobs} jobs")
+    return total / (max(last for _, last in done) - began)
 
 
 # ---------------------------------------------------------------- set-up per system

@@ -171,6 +171,19 @@ BEGIN
     PERFORM pg_advisory_xact_lock(4294967296 + p_queue);
 END $$;
 
+-- The same for the listening connection p_pid, called on another
+-- connection of its process: a process signs up only while one of its
+-- waiting claims is about to sleep (docs/postgres.md, "Waiting").
+CREATE OR REPLACE FUNCTION leasequeue.listen_register(p_queue int, p_pid int)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM leasequeue.listeners l
+    WHERE l.queue = p_queue AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid);
+    INSERT INTO leasequeue.listeners (queue, pid) VALUES (p_queue, p_pid)
+    ON CONFLICT DO NOTHING;
+    PERFORM pg_advisory_xact_lock(4294967296 + p_queue);
+END $$;
+
 CREATE OR REPLACE FUNCTION leasequeue.listen_unregister(p_queue int)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
