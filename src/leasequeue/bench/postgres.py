@@ -1,14 +1,23 @@
-"""PostgresTransport benchmarks, side by side with procrastinate and PGQueuer.
+"""PostgresTransport benchmarks, side by side with PGQueuer and procrastinate.
 
 Everything runs against one PostgreSQL server in one run (a throwaway
 server unless ``--conninfo`` names one), each system in its own database
-queue/schema, one system at a time:
+queue/schema, one system at a time, each run the way its users run it:
 
+* **consume only** (``--workload consume``): a queue filled up front
+  (``--consume-jobs`` over ``--groups`` groups), emptied by W worker
+  processes: leasequeue ``claim(timeout=0.2)`` -> ``ack`` and
+  ``claim_many`` -> ``ack_many`` (k = ``--batch``); PGQueuer's own worker
+  (``QueueManager.run``, drain mode) with its default batch size, with k
+  and with 1; procrastinate's own worker with one ``lock`` per group (its
+  per-group exclusivity).  Medians of ``--repeats`` interleaved rounds, CPU
+  per job of the workers and (local server) of the server.
 * **cycle**: jobs/s for publish -> claim -> ack with 1, 2, 4 and 8 worker
   processes (each process loops over the three calls).  procrastinate:
-  defer -> fetch -> finish (delete); PGQueuer: enqueue -> dequeue -> log.
-  leasequeue gives each job its own group here (the group rows are created
-  and removed per job: its most expensive case).
+  defer -> fetch -> finish (delete); PGQueuer's ``Queries`` API: enqueue ->
+  dequeue -> log (a ping-pong of single calls: not how PGQueuer's users run
+  it; see the consume table for that).  leasequeue gives each job its own
+  group here (the group rows are created and removed per job).
 * **batch**: the same with k = 64 messages per call (publish_many /
   claim_many / ack_many; PGQueuer's list enqueue, dequeue(batch_size=64),
   log_jobs); procrastinate has no batch fetch.
@@ -17,9 +26,16 @@ queue/schema, one system at a time:
 * **wake**: publish -> claim wake latency across processes (p50/p99): one
   process waits in ``claim(timeout=None)``, another publishes a timestamp.
 
-Run: ``leasequeue bench --postgres [--quick | --smoke] [--conninfo DSN]
-[--sync on|off|both] [--seconds S] [--json FILE] [--markdown FILE]`` (also
-``python -m leasequeue.bench.postgres`` and ``benchmarks/postgres_bench.py``).
+What the peers do not guarantee: PGQueuer has no groups (no per-group
+exclusivity, no FIFO within a group); procrastinate's locks give
+exclusivity but no round robin between them.
+
+Run: ``leasequeue bench --postgres [--quick | --smoke] [--conninfo DSN
+[--pg-data DIR]] [--workload all|cycle|consume] [--consume-jobs N]
+[--slow-jobs N] [--groups G] [--consume-workers 1,4,8] [--repeats R]
+[--batch K] [--variants V,...] [--sync on|off|both] [--seconds S]
+[--json FILE] [--markdown FILE]`` (also ``python -m
+leasequeue.bench.postgres`` and ``benchmarks/postgres_bench.py``).
 psycopg is needed (the ``postgres`` extra); procrastinate and PGQueuer (the
 ``bench`` extra) are measured when installed, and named as missing when
 not.  Without ``--conninfo`` a throwaway server is started (PostgreSQL's
@@ -570,12 +586,13 @@ def _pct(values: List[float], pct: float) -> float:
 
 
 def consume_all(conninfo: str, workers: Sequence[int], jobs: int, slow_jobs: int, groups: int, batch: int,
-                repeats: int, server_cpu: Optional[Callable[[], float]] = None) -> Dict[str, Any]:
+                repeats: int, server_cpu: Optional[Callable[[], float]] = None,
+                variants: Sequence[str] = CONSUME_VARIANTS) -> Dict[str, Any]:
     """The consume-only table: every variant at each worker count, ``repeats``
     rounds interleaved (variant by variant within a round), medians kept.
     The slow variants (procrastinate, PGQueuer with batch_size=1) empty a
     queue of ``slow_jobs`` jobs (a rate is a rate; the run stays short)."""
-    variants = [v for v in CONSUME_VARIANTS if v.split("-")[0] in SYSTEMS]
+    variants = [v for v in variants if v.split("-")[0] in SYSTEMS]
     runs: Dict[str, Dict[int, List[Dict[str, float]]]] = {v: {w: [] for w in workers} for v in variants}
     for w in workers:
         for rep in range(repeats):
@@ -739,6 +756,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--consume-workers", help="consume only: worker counts, e.g. 1,4,8 (the default)")
     parser.add_argument("--repeats", type=int, help="consume only: interleaved rounds, medians kept (default 3)")
     parser.add_argument("--batch", type=int, default=32, help="consume only: k for the batch variants (default 32)")
+    parser.add_argument("--variants", help="consume only: the variants to run, comma-separated (default: all of "
+                                           + ", ".join(CONSUME_VARIANTS) + ")")
     parser.add_argument("--pg-data", help="the data directory of a local --conninfo server: measure its CPU")
     parser.add_argument("--json", help="write the results as JSON")
     parser.add_argument("--markdown", help="write the results as a Markdown report")
@@ -755,6 +774,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         wakes, seconds, syncs = 200, args.seconds or 5.0, [args.sync or "both"]
         consume_workers = (1, 4, 8)
         jobs, slow_jobs, repeats = args.consume_jobs or 20_000, args.slow_jobs or 2_000, args.repeats or 3
+    variants = CONSUME_VARIANTS
+    if args.variants:
+        variants = tuple(v.strip() for v in args.variants.split(","))
+        unknown = sorted(set(variants) - set(CONSUME_VARIANTS))
+        if unknown:
+            parser.error(f"unknown --variants {', '.join(unknown)}: choose from {', '.join(CONSUME_VARIANTS)}")
     if args.consume_workers:
         consume_workers = tuple(int(x) for x in args.consume_workers.split(","))
     if min(jobs, slow_jobs, args.groups, args.batch, repeats, *consume_workers) < 1:
@@ -782,7 +807,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             # otherwise): what users run.
             sync = syncs[0] if args.sync in ("on", "off") else "on"
             extra["consume"] = consume_all(with_sync(conninfo, sync), consume_workers, jobs, slow_jobs,
-                                           args.groups, args.batch, repeats, server_cpu)
+                                           args.groups, args.batch, repeats, server_cpu, variants)
             extra["consume"]["sync"] = sync
         if args.workload in ("all", "cycle"):
             for sync in syncs:
