@@ -29,5 +29,15 @@ def test_bench_postgres_smoke(conninfo: str, tmp_path: Any) -> None:
     assert run["cycle"]["leasequeue"]["1"] > 0 and run["batch"]["leasequeue"]["1"] > 0
     assert report["wake"]["n"] == 20 and report["wake"]["p50"] > 0
     assert set(report["latency"]) == {"1000"} and report["latency"]["1000"]["claim_p50"] > 0
+    consume = report["consume"]
+    expected = {"leasequeue", "leasequeue-batch", "pgqueuer", "pgqueuer-batch", "pgqueuer-1", "procrastinate"}
+    measured_consume = set(consume["median"])
+    assert {"leasequeue", "leasequeue-batch"} <= measured_consume <= expected
+    for variant in measured_consume:
+        point = consume["median"][variant]["1"]
+        assert point["jobs_per_s"] > 0 and point["client_cpu_ms"] > 0
+        assert point["jobs"] == (consume["slow_jobs"] if variant in ("pgqueuer-1", "procrastinate") else consume["jobs"])
+    assert report["load"] is None or len(report["load"]) == 3
     text = out_md.read_text()
     assert "publish -> claim -> ack" in text and "wake latency" in text and text in done.stdout
+    assert "Consume only" in text and "no per-group exclusivity" in text

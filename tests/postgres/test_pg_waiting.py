@@ -153,20 +153,36 @@ def test_aclaim_cancelled_leaves_nothing_leased(pg: Any) -> None:
     assert left + len(got) == 40
 
 
-def test_no_notify_without_listeners_then_notify(conninfo: str, make_pg: Any) -> None:
-    """Writers NOTIFY only while some transport listens for the queue (a
-    NOTIFY serialises commits database-wide)."""
+def test_notify_only_while_a_claim_sleeps(conninfo: str, make_pg: Any) -> None:
+    """Writers NOTIFY only while some process has a waiting claim asleep (a
+    NOTIFY serialises commits database-wide): not for a waiting claim that
+    finds a message at once, yes once one slept, and no more once none has
+    slept for the listener's hold time."""
     import psycopg
 
     t = make_pg()
+    t._listener.hold = 0.3
     raw = psycopg.connect(conninfo, autocommit=True)
     raw.execute(f"LISTEN leasequeue_{t._queue}")
     t.publish("a", 1)
     assert list(raw.notifies(timeout=0.3)) == []
-    assert t.claim("w", 30, timeout=0.05) is not None  # signs this transport's listener up
+    assert t.claim("w", 30, timeout=5) is not None  # found at once: no sign-up
     t.publish("b", 2)
+    assert list(raw.notifies(timeout=0.3)) == []
+    assert t.claim("w", 30, timeout=5) is not None
+    assert t.claim("w", 30, timeout=0.05) is None  # slept: signed up
+    t.publish("c", 3)
     notes = list(raw.notifies(timeout=2, stop_after=1))
-    assert [n.payload for n in notes] == ["0:2"]
+    assert [n.payload for n in notes] == ["0:3"]
+    with psycopg.connect(conninfo, autocommit=True) as other:
+        def signed_up() -> int:
+            row = other.execute("SELECT count(*) FROM leasequeue.listeners WHERE queue = %s", (t._queue,)).fetchone()
+            return int(row[0])
+
+        assert signed_up() == 1
+        wait_until(lambda: signed_up() == 0)  # nobody slept for the hold time: withdrawn
+    t.publish("d", 4)
+    assert list(raw.notifies(timeout=0.3)) == []
     raw.close()
 
 

@@ -1,14 +1,23 @@
-"""PostgresTransport benchmarks, side by side with procrastinate and PGQueuer.
+"""PostgresTransport benchmarks, side by side with PGQueuer and procrastinate.
 
 Everything runs against one PostgreSQL server in one run (a throwaway
 server unless ``--conninfo`` names one), each system in its own database
-queue/schema, one system at a time:
+queue/schema, one system at a time, each run the way its users run it:
 
+* **consume only** (``--workload consume``): a queue filled up front
+  (``--consume-jobs`` over ``--groups`` groups), emptied by W worker
+  processes: leasequeue ``claim(timeout=0.2)`` -> ``ack`` and
+  ``claim_many`` -> ``ack_many`` (k = ``--batch``); PGQueuer's own worker
+  (``QueueManager.run``, drain mode) with its default batch size, with k
+  and with 1; procrastinate's own worker with one ``lock`` per group (its
+  per-group exclusivity).  Medians of ``--repeats`` interleaved rounds, CPU
+  per job of the workers and (local server) of the server.
 * **cycle**: jobs/s for publish -> claim -> ack with 1, 2, 4 and 8 worker
   processes (each process loops over the three calls).  procrastinate:
-  defer -> fetch -> finish (delete); PGQueuer: enqueue -> dequeue -> log.
-  leasequeue gives each job its own group here (the group rows are created
-  and removed per job: its most expensive case).
+  defer -> fetch -> finish (delete); PGQueuer's ``Queries`` API: enqueue ->
+  dequeue -> log (a ping-pong of single calls: not how PGQueuer's users run
+  it; see the consume table for that).  leasequeue gives each job its own
+  group here (the group rows are created and removed per job).
 * **batch**: the same with k = 64 messages per call (publish_many /
   claim_many / ack_many; PGQueuer's list enqueue, dequeue(batch_size=64),
   log_jobs); procrastinate has no batch fetch.
@@ -17,9 +26,16 @@ queue/schema, one system at a time:
 * **wake**: publish -> claim wake latency across processes (p50/p99): one
   process waits in ``claim(timeout=None)``, another publishes a timestamp.
 
-Run: ``leasequeue bench --postgres [--quick | --smoke] [--conninfo DSN]
-[--sync on|off|both] [--seconds S] [--json FILE] [--markdown FILE]`` (also
-``python -m leasequeue.bench.postgres`` and ``benchmarks/postgres_bench.py``).
+What the peers do not guarantee: PGQueuer has no groups (no per-group
+exclusivity, no FIFO within a group); procrastinate's locks give
+exclusivity but no round robin between them.
+
+Run: ``leasequeue bench --postgres [--quick | --smoke] [--conninfo DSN
+[--pg-data DIR]] [--workload all|cycle|consume] [--consume-jobs N]
+[--slow-jobs N] [--groups G] [--consume-workers 1,4,8] [--repeats R]
+[--batch K] [--variants V,...] [--sync on|off|both] [--seconds S]
+[--json FILE] [--markdown FILE]`` (also ``python -m
+leasequeue.bench.postgres`` and ``benchmarks/postgres_bench.py``).
 psycopg is needed (the ``postgres`` extra); procrastinate and PGQueuer (the
 ``bench`` extra) are measured when installed, and named as missing when
 not.  Without ``--conninfo`` a throwaway server is started (PostgreSQL's
@@ -37,7 +53,7 @@ import sys
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 WORKER_COUNTS = (1, 2, 4, 8)
 BATCH = 64
@@ -135,6 +151,267 @@ SYSTEMS: Dict[str, Callable[..., None]] = {
 }
 #: The systems left out of this run, and why.
 MISSING: Dict[str, str] = {}
+
+
+# ---------------------------------------------------------------- consume only
+# A queue filled up front (``jobs`` messages over ``groups`` groups, not
+# timed), then W worker processes that only consume, each peer through the
+# loop or worker its users run.  Each process reports (jobs done, time.time()
+# of its last job done); the rate is all jobs over start -> the last one.
+
+#: The consume-only variants, in the order they run at each point.
+CONSUME_VARIANTS = ("leasequeue", "leasequeue-batch", "pgqueuer", "pgqueuer-batch", "pgqueuer-1",
+                    "procrastinate")
+#: Variants that empty a smaller queue (``--slow-jobs``): they run at tens of jobs/s here.
+SLOW_VARIANTS = ("pgqueuer-1", "procrastinate")
+#: What each variant is, for the report.
+CONSUME_LABELS = {
+    "leasequeue": "leasequeue claim(timeout=0.2) / ack",
+    "leasequeue-batch": "leasequeue claim_many / ack_many (k)",
+    "pgqueuer": "PGQueuer QueueManager, defaults (batch_size=10)",
+    "pgqueuer-batch": "PGQueuer QueueManager, batch_size=k",
+    "pgqueuer-1": "PGQueuer QueueManager, batch_size=1",
+    "procrastinate": "procrastinate worker, lock per group",
+}
+
+
+def _consume_batch(variant: str, batch: int) -> int:
+    """The batch size a variant runs with (PGQueuer's QueueManager default is 10)."""
+    if variant == "leasequeue":
+        return 1
+    if variant == "pgqueuer":
+        return 10
+    if variant == "pgqueuer-1":
+        return 1
+    if variant == "procrastinate":
+        return 1
+    return batch
+
+
+def _lq_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
+    """claim(timeout=0.2) -> ack (batch 1), or claim_many -> ack_many, as a
+    worker loop does: a worker with nothing to take waits in claim."""
+    from leasequeue import PostgresTransport
+
+    t = PostgresTransport(conninfo, queue=queue)
+    worker = f"w{wid}"
+    n, last = 0, 0.0
+    out.put("ready")
+    start.wait()
+    cpu = time.process_time()
+    while True:
+        if batch == 1:
+            lease = t.claim(worker, 30.0, timeout=0.2)
+            if lease is None:
+                break
+            t.ack(lease)
+            n += 1
+        else:
+            leases = t.claim_many(worker, 30.0, batch)
+            if not leases:
+                lease = t.claim(worker, 30.0, timeout=0.2)
+                if lease is None:
+                    break
+                leases = [lease]
+            t.ack_many(leases)
+            n += len(leases)
+        last = time.time()
+    cpu = time.process_time() - cpu
+    t.close()
+    out.put((n, last, cpu))
+
+
+def _pgqueuer_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
+    """PGQueuer's own worker, ``QueueManager.run`` in drain mode (it returns
+    once the queue is empty), with ``batch_size=batch`` and every other
+    setting at its default."""
+    import psycopg
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    async def run() -> Tuple[int, float, float]:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        qm = QueueManager(Queries.from_psycopg_connection(conn))
+        done = [0, 0.0]
+
+        @qm.entrypoint(queue)
+        async def handle(job: Any) -> None:
+            done[0] += 1
+            done[1] = time.time()
+
+        out.put("ready")
+        await asyncio.get_running_loop().run_in_executor(None, start.wait)
+        cpu = time.process_time()
+        await qm.run(batch_size=batch, mode=QueueExecutionMode.drain)
+        # Its finished jobs are logged (deleted) in batches: the last one is
+        # done when run() returns.
+        return done[0], time.time(), time.process_time() - cpu
+
+    out.put(asyncio.run(run()))
+
+
+def _procrastinate_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
+    """procrastinate's own worker (``run_worker_async``, concurrency 1, its
+    defaults; ``wait=False``: it returns once nothing is left to fetch)."""
+    from procrastinate import App, PsycopgConnector
+
+    async def run() -> Tuple[int, float, float]:
+        app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=2))
+        done = [0, 0.0]
+
+        @app.task(name="bench", queue=queue)
+        async def bench(n: int) -> None:
+            done[0] += 1
+            done[1] = time.time()
+
+        async with app.open_async():
+            out.put("ready")
+            await asyncio.get_running_loop().run_in_executor(None, start.wait)
+            cpu = time.process_time()
+            await app.run_worker_async(queues=[queue], wait=False, install_signal_handlers=False)
+            cpu = time.process_time() - cpu
+        return done[0], done[1], cpu
+
+    out.put(asyncio.run(run()))
+
+
+CONSUMERS: Dict[str, Callable[..., None]] = {
+    "leasequeue": _lq_consume,
+    "pgqueuer": _pgqueuer_consume,
+    "procrastinate": _procrastinate_consume,
+}
+
+
+def _get(out: Any, procs: Sequence[Any], timeout: float) -> Any:
+    """The next report of a worker process; an error if one died without one."""
+    import queue as queues
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return out.get(timeout=1.0)
+        except queues.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"a worker process failed (exit code {dead[0].exitcode})") from None
+            if time.time() > deadline:
+                raise RuntimeError("no report from the worker processes in time") from None
+
+
+def fill(system: str, conninfo: str, queue: str, jobs: int, groups: int) -> None:
+    """Publish ``jobs`` jobs (job i in group i % groups) through each system's
+    own batch API; PGQueuer has no groups (it ignores them)."""
+    chunk = 1000
+    if system == "leasequeue":
+        from leasequeue import PostgresTransport
+
+        with PostgresTransport(conninfo, queue=queue) as t:
+            for base in range(0, jobs, chunk):
+                t.publish_many([(f"g{i % groups}", {"n": i}) for i in range(base, min(base + chunk, jobs))])
+    elif system == "pgqueuer":
+        import psycopg
+        from pgqueuer.queries import Queries
+
+        async def run() -> None:
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+            q = Queries.from_psycopg_connection(conn)
+            for base in range(0, jobs, chunk):
+                k = min(chunk, jobs - base)
+                await q.enqueue([queue] * k, [json.dumps({"n": base + i}).encode() for i in range(k)], [0] * k)
+            await conn.close()
+
+        asyncio.run(run())
+    else:
+        from procrastinate import App, PsycopgConnector
+        from procrastinate import jobs as pjobs
+
+        async def run() -> None:
+            app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=2))
+            async with app.open_async():
+                for base in range(0, jobs, chunk):
+                    await app.job_manager.batch_defer_jobs_async([
+                        pjobs.Job(queue=queue, lock=f"g{i % groups}", queueing_lock=None, task_name="bench",
+                                  task_kwargs={"n": i})
+                        for i in range(base, min(base + chunk, jobs))])
+
+        asyncio.run(run())
+
+
+def run_consume(variant: str, conninfo: str, workers: int, jobs: int, groups: int, batch: int,
+                server_cpu: Optional[Callable[[], float]] = None) -> Dict[str, float]:
+    """``workers`` processes emptying a pre-filled queue: jobs/s, and the CPU
+    per job (ms) of the worker processes (from the start signal to their last
+    job) and, when ``server_cpu`` reads it, of the server (its backends' and
+    background processes' from the start signal until the workers exited)."""
+    system = variant.split("-")[0]
+    size = _consume_batch(variant, batch)
+    queue = f"c{uuid.uuid4().hex[:10]}"
+    _vacuum(conninfo)
+    fill(system, conninfo, queue, jobs, groups)
+    _vacuum(conninfo)
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    out = ctx.Queue()
+    procs = [ctx.Process(target=CONSUMERS[system], args=(conninfo, queue, w, size, start, out))
+             for w in range(workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        assert _get(out, procs, 300) == "ready"
+    server_before = server_cpu() if server_cpu is not None else 0.0
+    began = time.time()
+    start.set()
+    done = [_get(out, procs, 1800) for _ in procs]
+    for p in procs:
+        p.join(60)
+    time.sleep(0.2)  # their backends have exited (and been counted)
+    server_after = server_cpu() if server_cpu is not None else 0.0
+    total = sum(n for n, _, _ in done)
+    if total != jobs:
+        raise RuntimeError(f"{variant}: {workers} workers did {total} of {jobs} jobs")
+    result = {"jobs_per_s": total / (max(last for _, last, _ in done) - began),
+              "client_cpu_ms": 1e3 * sum(cpu for _, _, cpu in done) / total}
+    if server_cpu is not None:
+        result["server_cpu_ms"] = 1e3 * (server_after - server_before) / total
+    return result
+
+
+def server_cpu_reader(data_dir: str) -> Optional[Callable[[], float]]:
+    """A reader of a local server's CPU seconds so far (the postmaster, its
+    exited children and its live ones, from /proc), or None where /proc
+    cannot tell (not Linux, or not allowed)."""
+    import os
+
+    try:
+        with open(os.path.join(data_dir, "postmaster.pid")) as f:
+            pid = int(f.readline())
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+
+    def stat(p: int) -> List[str]:
+        with open(f"/proc/{p}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    def read() -> float:
+        fields = stat(pid)  # fields[11:15]: utime stime cutime cstime
+        total = sum(int(x) for x in fields[11:15])
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) != pid:
+                try:
+                    child = stat(int(name))
+                except OSError:
+                    continue
+                if int(child[1]) == pid:  # ppid
+                    total += int(child[11]) + int(child[12])
+        return total / tick
+
+    try:
+        read()
+    except OSError:
+        return None
+    return read
 
 
 # ---------------------------------------------------------------- set-up per system
@@ -291,11 +568,55 @@ def wake_latency(conninfo: str, count: int = 200) -> Dict[str, float]:
     return {"p50": _pct(lat, 50), "p99": _pct(lat, 99), "n": float(len(lat))}
 
 
+def _load() -> Optional[List[float]]:
+    """The machine's load averages (1, 5, 15 min), where the OS tells."""
+    import os
+
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
 def _pct(values: List[float], pct: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+
+
+def consume_all(conninfo: str, workers: Sequence[int], jobs: int, slow_jobs: int, groups: int, batch: int,
+                repeats: int, server_cpu: Optional[Callable[[], float]] = None,
+                variants: Sequence[str] = CONSUME_VARIANTS) -> Dict[str, Any]:
+    """The consume-only table: every variant at each worker count, ``repeats``
+    rounds interleaved (variant by variant within a round), medians kept.
+    The slow variants (procrastinate, PGQueuer with batch_size=1) empty a
+    queue of ``slow_jobs`` jobs (a rate is a rate; the run stays short)."""
+    variants = [v for v in variants if v.split("-")[0] in SYSTEMS]
+    runs: Dict[str, Dict[int, List[Dict[str, float]]]] = {v: {w: [] for w in workers} for v in variants}
+    for w in workers:
+        for rep in range(repeats):
+            for v in variants:
+                n = slow_jobs if v in SLOW_VARIANTS else jobs
+                got = run_consume(v, conninfo, w, n, groups, batch, server_cpu)
+                got["jobs"] = float(n)
+                runs[v][w].append(got)
+                cpu = f", CPU/job client {got['client_cpu_ms']:.2f} ms" + (
+                    f" server {got['server_cpu_ms']:.2f} ms" if "server_cpu_ms" in got else "")
+                print(f"  consume {v:17} {w} workers, round {rep + 1}: {got['jobs_per_s']:8.0f} jobs/s{cpu}",
+                      flush=True)
+    medians: Dict[str, Dict[int, Dict[str, float]]] = {}
+    for v, by_w in runs.items():
+        for w, rounds in by_w.items():
+            medians.setdefault(v, {})[w] = {k: _median([r[k] for r in rounds]) for k in rounds[0]}
+    return {"jobs": jobs, "slow_jobs": slow_jobs, "groups": groups, "batch": batch, "repeats": repeats,
+            "rounds": runs, "median": medians}
+
+
+def _median(values: List[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 # ---------------------------------------------------------------- main
@@ -332,10 +653,58 @@ def with_sync(conninfo: str, sync: str) -> str:
     return f"{conninfo} options='-c synchronous_commit={sync}'"
 
 
+def consume_markdown(res: Dict[str, Any]) -> List[str]:
+    """The consume-only section: medians, ratios, CPU per job."""
+    med = res["median"]
+    k = res["batch"]
+    variants = list(med)
+    workers = sorted({int(w) for v in variants for w in med[v]})
+
+    def get(v: str, w: int, key: str = "jobs_per_s") -> float:
+        row = med.get(v, {}).get(w) or med.get(v, {}).get(str(w)) or {}
+        return float(row.get(key, float("nan")))
+
+    lines = [f"## Consume only: {res['jobs']:,} jobs queued up front over {res['groups']} groups, W worker processes "
+             f"(k = {k}; medians of {res['repeats']} interleaved rounds; "
+             f"{', '.join(SLOW_VARIANTS)}: {res['slow_jobs']:,} jobs)", "",
+             "jobs/s:", "",
+             "| variant | " + " | ".join(f"W={w}" for w in workers) + " |",
+             "|---|" + "---:|" * len(workers)]
+    for v in variants:
+        lines.append(f"| {CONSUME_LABELS.get(v, v).replace('(k)', f'({k})').replace('=k', f'={k}')} | "
+                     + " | ".join(f"{get(v, w):,.0f}" for w in workers) + " |")
+    lines += ["", "Ratios (medians of the same run):", "",
+              "| ratio | " + " | ".join(f"W={w}" for w in workers) + " |", "|---|" + "---:|" * len(workers)]
+    pairs = [("leasequeue", "pgqueuer", "single calls / PGQueuer defaults"),
+             ("leasequeue", "pgqueuer-1", "single calls / PGQueuer batch_size=1"),
+             ("leasequeue-batch", "pgqueuer", f"claim_many({k}) / PGQueuer defaults"),
+             ("leasequeue-batch", "pgqueuer-batch", f"claim_many({k}) / PGQueuer batch_size={k}")]
+    for a, b, label in pairs:
+        if a in med and b in med:
+            lines.append(f"| {label} | " + " | ".join(f"{get(a, w) / get(b, w):.2f}x" for w in workers) + " |")
+    if "leasequeue" in med and workers[0] == 1:
+        lines.append("| single calls, W / 1 worker | " + " | ".join(
+            f"{get('leasequeue', w) / get('leasequeue', 1):.2f}x" for w in workers) + " |")
+    lines += ["", "CPU per job, ms (client: the worker processes, from the start signal to their last job; "
+              "server: every server process, from the start signal until the workers exited):", "",
+              "| variant | " + " | ".join(f"W={w} client / server" for w in workers) + " |",
+              "|---|" + "---:|" * len(workers)]
+    for v in variants:
+        lines.append(f"| {v} | " + " | ".join(
+            f"{get(v, w, 'client_cpu_ms'):.2f} / {get(v, w, 'server_cpu_ms'):.2f}" for w in workers) + " |")
+    lines.append("")
+    return lines
+
+
 def to_markdown(all_results: List[Dict[str, Any]], extra: Dict[str, Any]) -> str:
     lines = ["# PostgresTransport benchmarks", ""]
     if all_results:
         lines += [f"Server: {all_results[0]['server']}", ""]
+    lines += ["What each peer does not guarantee: PGQueuer has no groups, so no per-group exclusivity and no "
+              "FIFO within a group (any worker takes any job); procrastinate gives exclusivity per `lock` "
+              "(one job of a lock runs at a time) but no round robin between locks.", ""]
+    if "consume" in extra:
+        lines += consume_markdown(extra["consume"])
     for res in all_results:
         systems = list(res["cycle"])
         lines += [f"## publish -> claim -> ack, jobs/s (synchronous_commit={res['sync']}, {res['seconds']} s each)", "",
@@ -377,6 +746,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       help="a few seconds: 1 worker, sync off, 1k latency; checks that everything runs")
     parser.add_argument("--sync", choices=["on", "off", "both"],
                         help="synchronous_commit of the server (default: both, one after the other; --smoke: off)")
+    parser.add_argument("--workload", choices=["all", "cycle", "consume"], default="all",
+                        help="cycle: publish -> claim -> ack (+ latency, wake); consume: the pre-filled queue; "
+                             "all: both (default)")
+    parser.add_argument("--consume-jobs", type=int, help="consume only: jobs queued up front (default 20000)")
+    parser.add_argument("--slow-jobs", type=int,
+                        help="consume only: jobs for procrastinate and PGQueuer batch_size=1 (default 2000)")
+    parser.add_argument("--groups", type=int, default=200, help="consume only: groups (default 200)")
+    parser.add_argument("--consume-workers", help="consume only: worker counts, e.g. 1,4,8 (the default)")
+    parser.add_argument("--repeats", type=int, help="consume only: interleaved rounds, medians kept (default 3)")
+    parser.add_argument("--batch", type=int, default=32, help="consume only: k for the batch variants (default 32)")
+    parser.add_argument("--variants", help="consume only: the variants to run, comma-separated (default: all of "
+                                           + ", ".join(CONSUME_VARIANTS) + ")")
+    parser.add_argument("--pg-data", help="the data directory of a local --conninfo server: measure its CPU")
     parser.add_argument("--json", help="write the results as JSON")
     parser.add_argument("--markdown", help="write the results as a Markdown report")
     args = parser.parse_args(argv)
@@ -384,10 +766,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         counts: Sequence[int] = (1,)
         sizes: Sequence[int] = (1_000,)
         wakes, seconds, syncs = 20, args.seconds or 0.5, [args.sync or "off"]
+        consume_workers: Sequence[int] = (1,)
+        jobs, slow_jobs, repeats = args.consume_jobs or 200, args.slow_jobs or 40, args.repeats or 1
     else:
         counts = (1, 8) if args.quick else WORKER_COUNTS
         sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
         wakes, seconds, syncs = 200, args.seconds or 5.0, [args.sync or "both"]
+        consume_workers = (1, 4, 8)
+        jobs, slow_jobs, repeats = args.consume_jobs or 20_000, args.slow_jobs or 2_000, args.repeats or 3
+    variants = CONSUME_VARIANTS
+    if args.variants:
+        variants = tuple(v.strip() for v in args.variants.split(","))
+        unknown = sorted(set(variants) - set(CONSUME_VARIANTS))
+        if unknown:
+            parser.error(f"unknown --variants {', '.join(unknown)}: choose from {', '.join(CONSUME_VARIANTS)}")
+    if args.consume_workers:
+        consume_workers = tuple(int(x) for x in args.consume_workers.split(","))
+    if min(jobs, slow_jobs, args.groups, args.batch, repeats, *consume_workers) < 1:
+        parser.error("--consume-jobs, --slow-jobs, --groups, --batch, --repeats and worker counts must be >= 1")
     if syncs == ["both"]:
         syncs = ["on", "off"]
     server = None
@@ -397,31 +793,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         server = ThrowawayServer()
         conninfo = server.start()
+    data_dir = server.data if server is not None else args.pg_data
+    server_cpu = server_cpu_reader(data_dir) if data_dir else None
     try:
         _install(conninfo)
         print(f"systems: {', '.join(SYSTEMS)}; server: {conninfo}", flush=True)
         for name, why in MISSING.items():
             print(f"note: {name} not measured: {why}", flush=True)
         results = []
-        for sync in syncs:
-            results.append(run_all(conninfo, seconds, counts, sync))
         extra: Dict[str, Any] = {}
-        # Latencies with synchronous_commit=off: with it on, every call waits
-        # for the WAL flush (~4 ms on this disk), which hides everything else.
-        fast = with_sync(conninfo, "off")
-        extra["wake"] = wake_latency(fast, wakes)
-        print(f"  wake latency: p50 {extra['wake']['p50']:.2f} ms, p99 {extra['wake']['p99']:.2f} ms", flush=True)
-        extra["latency"] = {}
-        for n in sizes:
-            extra["latency"][n] = claim_latency(fast, n)
-            lat = extra["latency"][n]
-            print(f"  latency at {n:>9,} queued: claim p50 {lat['claim_p50']:.2f} ms p99 {lat['claim_p99']:.2f} ms",
+        if args.workload in ("all", "consume"):
+            # The server's default synchronous_commit (on unless --sync says
+            # otherwise): what users run.
+            sync = syncs[0] if args.sync in ("on", "off") else "on"
+            extra["consume"] = consume_all(with_sync(conninfo, sync), consume_workers, jobs, slow_jobs,
+                                           args.groups, args.batch, repeats, server_cpu, variants)
+            extra["consume"]["sync"] = sync
+        if args.workload in ("all", "cycle"):
+            for sync in syncs:
+                results.append(run_all(conninfo, seconds, counts, sync))
+            # Latencies with synchronous_commit=off: with it on, every call waits
+            # for the WAL flush (~4 ms on this disk), which hides everything else.
+            fast = with_sync(conninfo, "off")
+            extra["wake"] = wake_latency(fast, wakes)
+            print(f"  wake latency: p50 {extra['wake']['p50']:.2f} ms, p99 {extra['wake']['p99']:.2f} ms",
                   flush=True)
+            extra["latency"] = {}
+            for n in sizes:
+                extra["latency"][n] = claim_latency(fast, n)
+                lat = extra["latency"][n]
+                print(f"  latency at {n:>9,} queued: claim p50 {lat['claim_p50']:.2f} ms "
+                      f"p99 {lat['claim_p99']:.2f} ms", flush=True)
         report = to_markdown(results, extra)
         print(report)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"runs": results, "missing": dict(MISSING), **extra}, f, indent=2, default=str)
+                json.dump({"runs": results, "missing": dict(MISSING), "load": _load(), **extra}, f, indent=2,
+                      default=str)
         if args.markdown:
             with open(args.markdown, "w") as f:
                 f.write(report + "\n")

@@ -8,7 +8,8 @@ and a free loopback TCP port, and stops it (``pg_ctl stop -m immediate``) and
 removes the directory on ``stop()``.  ``restart_immediate()`` is the crash
 the fault tests need: ``pg_ctl restart -m immediate``.
 
-``fsync=False`` starts it with ``fsync=off``, for tests: a commit still
+``settings={"name": "value"}`` adds server settings (profiling:
+``shared_preload_libraries=pg_stat_statements``).  ``fsync=False`` starts it with ``fsync=off``, for tests: a commit still
 writes its WAL to the kernel before it returns (``synchronous_commit``
 stays on), so a crashed or killed server process (``-m immediate``,
 ``SIGKILL``) loses nothing; only an operating-system crash could.  The
@@ -29,7 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 __all__ = ["ThrowawayServer", "find_bin"]
 
@@ -57,7 +58,8 @@ def _free_port() -> int:
 class ThrowawayServer:
     """One PostgreSQL cluster in a temporary directory, owned by this object."""
 
-    def __init__(self, base: Optional[str] = None, *, fsync: bool = True) -> None:
+    def __init__(self, base: Optional[str] = None, *, fsync: bool = True,
+                 settings: Optional[Dict[str, str]] = None) -> None:
         initdb = find_bin("initdb")
         pg_ctl = find_bin("pg_ctl")
         if initdb is None or pg_ctl is None:
@@ -75,6 +77,9 @@ class ThrowawayServer:
         self.user = "postgres" if self.as_postgres else None
         self.started = False
         self.fsync = fsync
+        #: extra server settings (``-c name=value``), e.g. for profiling
+        #: ``{"shared_preload_libraries": "pg_stat_statements"}``
+        self.settings = dict(settings or {})
 
     # ------------------------------------------------------------------ run
 
@@ -111,6 +116,8 @@ class ThrowawayServer:
         )
         if not self.fsync:
             options += " -c fsync=off"
+        for name, value in self.settings.items():
+            options += f" -c {name}={value}"
         try:
             self._run([self.pg_ctl, "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o", options, "start"])
         except subprocess.CalledProcessError as exc:

@@ -84,8 +84,8 @@ SELECT group_id, priority, messages, paused, lock_state, head_seq, lock_worker, 
 FROM leasequeue.group_info(%s, %s, %s);
 
 -- name: listen_register --
--- Record this (listening) connection for a queue; waits for announcements under way.
-SELECT leasequeue.listen_register(%s);
+-- Sign a process up for a queue: queue, the pid of its listening connection; waits for announcements under way.
+SELECT leasequeue.listen_register(%s, %s);
 
 -- name: listen_unregister --
 -- Forget this connection as a listener of a queue.

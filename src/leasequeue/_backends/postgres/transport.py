@@ -514,7 +514,16 @@ class PostgresTransport:
                     busy = self._learn(rows[-1])
                 if self._closed:
                     return None
-                sleep = room.sleep_for(waiter, deadline)
+                sleep = room.sleep_for(waiter, deadline, busy)
+                if sleep is None:  # not signed up since this claim began
+                    try:
+                        self._sign_up()
+                    except LeaseQueueError:
+                        if self._closed:
+                            return None
+                        raise
+                    claim = True
+                    continue
                 if busy:  # skipped a row another transaction held: look again soon
                     sleep = min(sleep, 0.002)
                 if sleep > 0.0:
@@ -561,6 +570,24 @@ class PostgresTransport:
             self._execute("release", _Q["release_token"], (self._queue, token))
         except Exception:
             pass  # unreachable server: the lease, if any, ends at its visibility
+
+    def _sign_up(self) -> None:
+        """Sign this process up as a listener of the queue before a waiting
+        claim sleeps (writers notify only while some process is signed up)."""
+        self._start_listener()
+
+        def execute(sql: str, params: Sequence[Any]) -> None:
+            try:
+                self._execute("claim (LISTEN)", sql, params)
+            except LeaseQueueError:
+                if self._closed:
+                    raise
+                # As a waiting claim's look: a pooled connection that died
+                # while the claim slept (a server restart) fails first, and
+                # the pool reconnects: once more at once.
+                self._execute("claim (LISTEN)", sql, params)
+
+        self._listener.sign_up(execute)
 
     def _start_listener(self) -> None:
         if not self._listener.running:
@@ -619,7 +646,16 @@ class PostgresTransport:
                     busy = self._learn(rows[-1])
                 if self._closed:
                     return None
-                sleep = room.sleep_for(waiter, deadline)
+                sleep = room.sleep_for(waiter, deadline, busy)
+                if sleep is None:  # not signed up since this claim began
+                    try:
+                        await loop.run_in_executor(None, self._sign_up)
+                    except LeaseQueueError:
+                        if self._closed:
+                            return None
+                        raise
+                    claim = True
+                    continue
                 if busy:
                     sleep = min(sleep, 0.002)
                 future = waiter.future

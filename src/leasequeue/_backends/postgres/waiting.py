@@ -4,7 +4,19 @@ Every write that makes a message claimable (publish into a group with
 nothing in flight, an ack exposing a group's next message, ``nack(0)``, an
 expiry, ``resume``, ``set_priority``, an undone claim) sends
 ``NOTIFY leasequeue_<queue id>, '<priority>:<seq>'`` in its transaction, so
-the notification arrives, on every machine, once the change is committed.
+the notification arrives, on every machine, once the change is committed;
+but only while some process is *signed up* (``leasequeue.listeners``): a
+NOTIFY serialises the commits of every notifying transaction of the
+database, so writers must not pay it while nobody sleeps.
+
+A process signs up when one of its waiting claims is about to sleep, not
+before: a waiting claim that finds a message at once (a busy worker) costs
+the writers nothing.  A claim may sleep only if the process was signed up
+before that claim began (``Waiter.epoch``); otherwise it signs up (which
+waits for every writer that decided not to notify) and claims once more.
+The listener thread withdraws the sign-up once no claim of this process has
+slept for ``hold`` seconds, so a queue whose workers are all busy goes back
+to silent commits.
 
 In each process one listener thread holds a connection that ``LISTEN``s on
 the queue's channel.  For each notification it wakes one waiting claim of
@@ -29,7 +41,7 @@ import asyncio
 import math
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 __all__ = ["Listener", "WaitRoom", "Waiter"]
 
@@ -37,7 +49,8 @@ __all__ = ["Listener", "WaitRoom", "Waiter"]
 class Waiter:
     """One waiting claim: its floor, and how to wake it (thread or coroutine)."""
 
-    __slots__ = ("floor", "event", "loop", "future", "woken", "wake_priority", "gone", "rearm", "claiming")
+    __slots__ = ("floor", "event", "loop", "future", "woken", "wake_priority", "gone", "rearm", "claiming",
+                 "epoch", "asleep")
 
     def __init__(self, floor: int, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
         self.floor = floor
@@ -49,6 +62,8 @@ class Waiter:
         self.gone = False
         self.rearm = False  # woken only to recompute its sleep (it became timekeeper)
         self.claiming = True  # from entry or take_wake until its next sleep
+        self.epoch = 0  # the room's sign-up when its latest claim began (0: none)
+        self.asleep = False  # counted in WaitRoom.sleepers
 
     def arm(self) -> None:
         """Before sleeping: a fresh future (asyncio) / a cleared event (thread)."""
@@ -81,6 +96,51 @@ class WaitRoom:
         self.closed = False
         #: time.monotonic() of the earliest lock end this process knows of
         self.due = math.inf
+        #: the current sign-up (``leasequeue.listeners``), 0 while not signed up
+        self.armed = 0
+        self._sign_ups = 0
+        #: waiting claims asleep now (signed up), and since when none is
+        self.sleepers = 0
+        self.idle_since = time.monotonic()
+
+    # ---------------------------------------------------------- sign-up
+
+    def signed_up(self) -> None:
+        """The process's sign-up committed: claims begun from now on may sleep."""
+        with self._lock:
+            self._sign_ups += 1
+            self.armed = self._sign_ups
+            self.idle_since = time.monotonic()
+
+    def signed_off(self) -> None:
+        """The sign-up is gone (withdrawn, or the listener's connection was lost)."""
+        with self._lock:
+            self.armed = 0
+
+    def disarm_in(self, hold: float) -> Optional[float]:
+        """Seconds until the sign-up may be withdrawn (None: not now)."""
+        with self._lock:
+            if not self.armed or any(w.asleep and not w.woken for w in self._waiters):
+                return None
+            if self.sleepers:  # only woken ones, about to wake up
+                return hold
+            return max(self.idle_since + hold - time.monotonic(), 0.0)
+
+    def try_disarm(self, hold: float) -> bool:
+        """True (and no longer signed up) if no claim slept for ``hold`` s."""
+        with self._lock:
+            if not self.armed or self.sleepers or time.monotonic() - self.idle_since < hold:
+                return False
+            self.armed = 0
+            return True
+
+    def _awake(self, waiter: Waiter) -> None:
+        """(Under the lock.)  The waiter no longer sleeps."""
+        if waiter.asleep:
+            waiter.asleep = False
+            self.sleepers -= 1
+            if not self.sleepers:
+                self.idle_since = time.monotonic()
 
     def set_due(self, due: float) -> None:
         """What a claim's report said: the earliest lock end now."""
@@ -98,14 +158,24 @@ class WaitRoom:
             if first is not None:
                 first._signal()
 
-    def sleep_for(self, waiter: Waiter, deadline: float) -> float:
+    def sleep_for(self, waiter: Waiter, deadline: float, busy: bool = False) -> Optional[float]:
         """How long ``waiter`` may sleep: to its deadline, and the timekeeper
-        no later than the earliest known lock end."""
+        no later than the earliest known lock end.  None: the process was not
+        signed up when the waiter's claim began, so it must sign up and claim
+        again first (``busy``: it only naps until its next claim, ~2 ms, and
+        may do so unsigned)."""
         now = time.monotonic()
         until = deadline
         with self._lock:
+            signed = waiter.epoch != 0 and waiter.epoch == self.armed
+            if not signed and not busy:
+                return None
             waiter.rearm = False
-            waiter.claiming = False
+            if signed:
+                waiter.claiming = False
+                if not waiter.asleep:
+                    waiter.asleep = True
+                    self.sleepers += 1
             if not waiter.woken and waiter.event is not None:
                 waiter.event.clear()
             if self._waiters and self._waiters[0] is waiter and self.due < until:
@@ -129,6 +199,8 @@ class WaitRoom:
             waiter.woken = False
             waiter.wake_priority = None
             waiter.claiming = True
+            waiter.epoch = self.armed
+            self._awake(waiter)
             if waiter.event is not None:
                 waiter.event.clear()
 
@@ -140,6 +212,7 @@ class WaitRoom:
             waiters = self._waiters
             was_first = bool(waiters) and waiters[0] is waiter
             waiter.gone = True
+            self._awake(waiter)
             try:
                 waiters.remove(waiter)
             except ValueError:
@@ -217,13 +290,19 @@ class Listener:
     ``connect`` makes a new autocommit psycopg connection.  The first
     ``LISTEN`` happens in ``start`` (in the caller's thread, so a waiting
     claim never claims before the listener hears notifications).  A lost
-    connection is re-made with back-off; every waiter is then woken to
-    re-check, since notifications may have been missed meanwhile.
+    connection is re-made with back-off; the sign-up is then gone, and every
+    waiter is woken to re-check (and sign up again before it sleeps), since
+    notifications may have been missed meanwhile.
+
+    ``sign_up(execute)`` records this process as a listener (under
+    ``arm_lock``, with the listening connection's pid); the thread withdraws
+    the record (``unregister``) once no waiting claim has slept for ``hold``
+    seconds.
     """
 
     def __init__(self, connect: Callable[[], Any], channel: str, room: WaitRoom,
                  poke: Callable[[str], None], register: str = "", unregister: str = "",
-                 queue: int = 0) -> None:
+                 queue: int = 0, hold: float = 1.0) -> None:
         self._connect = connect
         self._poke = poke
         self._register = register
@@ -231,10 +310,14 @@ class Listener:
         self._queue = queue
         self._channel = channel
         self._room = room
+        self.hold = hold
         self._conn: Any = None
+        self.pid: Optional[int] = None  # the listening connection's backend
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        #: serialises sign-up and withdrawal (each one round trip)
+        self.arm_lock = threading.Lock()
 
     @property
     def running(self) -> bool:
@@ -253,40 +336,61 @@ class Listener:
         conn = self._connect()
         try:
             conn.execute(f"LISTEN {self._channel}")
-            if self._register:
-                # Writers notify only while the queue has listeners: sign up
-                # (after LISTEN, and before any waiting claim claims).
-                conn.execute(self._register, (self._queue,))
         except BaseException:
             conn.close()
             raise
+        with self.arm_lock:
+            self.pid = int(conn.info.backend_pid)
+            self._room.signed_off()
         return conn
+
+    def sign_up(self, execute: Callable[[str, Sequence[Any]], Any]) -> None:
+        """Sign this process up (if it is not), through ``execute(sql,
+        params)`` on some connection; the listening connection's pid names
+        the record.  Returns once the sign-up committed (it waited for every
+        writer that decided not to notify)."""
+        with self.arm_lock:
+            if self._room.armed or self.pid is None:
+                return
+            execute(self._register, (self._queue, self.pid))
+            self._room.signed_up()
+
+    def _withdraw(self, conn: Any) -> None:
+        """Withdraw the sign-up if no claim slept for ``hold`` seconds."""
+        with self.arm_lock:
+            if self._room.try_disarm(self.hold) and self._unregister:
+                conn.execute(self._unregister, (self._queue,))
 
     def _run(self) -> None:
         delay = 0.05
+        room = self._room
         while not self._stop.is_set():
             conn = self._conn
             try:
                 if conn is None:
                     conn = self._conn = self._listen()
-                    self._room.wake_all()
+                    room.wake_all()
                     delay = 0.05
-                for note in conn.notifies(timeout=60.0):
+                due = room.disarm_in(self.hold)
+                for note in conn.notifies(timeout=60.0 if due is None else due + 0.001):
                     if self._stop.is_set():
                         break
                     if note.payload == "stop":
                         continue  # a listener of this queue (maybe elsewhere) stops
                     priority = parse_payload(note.payload)
                     if priority is None:
-                        self._room.wake_first()
+                        room.wake_first()
                     else:
-                        self._room.notify(priority)
-                    if self._stop.is_set():
-                        break
+                        room.notify(priority)
+                    if self._stop.is_set() or (due is None and room.disarm_in(self.hold) is not None):
+                        break  # nobody sleeps any more: time the withdrawal
+                if not self._stop.is_set():
+                    self._withdraw(conn)
             except Exception:
                 if self._stop.is_set():
                     break
                 self._conn = None
+                room.signed_off()
                 try:
                     if conn is not None:
                         conn.close()
