@@ -161,6 +161,101 @@ class _Pool:
                 pass
 
 
+_LOOK, _SIGN_UP, _SLEEP = "look", "sign up", "sleep"
+
+
+class _Steps:
+    """What a waiting claim does next: the one loop of ``claim(timeout=)`` and
+    ``aclaim``, which differ only in how they run a step (a call, or an
+    ``await``; an ``Event`` to sleep on, or a future).
+
+    ``first()``, then after each step ``looked(rows)`` (a claim's report),
+    ``failed(error)`` (a ``LeaseQueueError`` of a look or a sign-up) or
+    ``next()`` (a sign-up or a sleep done) give the next step,
+    ``(_LOOK | _SIGN_UP | _SLEEP, seconds to sleep)``, or ``None`` when the
+    claim is over; then ``lease`` is its result (``None``: the deadline, or
+    ``close()``).  ``leave()`` leaves the wait room, always.
+
+    A look that fails is tried once more at once: a connection lost while
+    the claim slept (a server restart) fails the first statement sent on it,
+    and the pool then reconnects; a second failure reaches the caller.
+    Closing the transport meanwhile makes any failure a plain ``None``.
+    """
+
+    __slots__ = ("t", "waiter", "deadline", "worker_id", "visibility", "lease", "used", "busy", "retried")
+
+    def __init__(self, t: "PostgresTransport", waiter: Waiter, deadline: float, worker_id: str,
+                 visibility: float) -> None:
+        self.t = t
+        self.waiter = waiter
+        self.deadline = deadline
+        self.worker_id = worker_id
+        self.visibility = visibility
+        self.lease: Any = None
+        self.used = False
+        self.busy = False
+        self.retried = False
+        t._room.enter(waiter)
+
+    def leave(self) -> None:
+        self.t._room.leave(self.waiter, self.used)
+
+    def first(self) -> Optional[Tuple[str, float]]:
+        return self._look()
+
+    def _look(self) -> Tuple[str, float]:
+        self.waiter.arm()
+        self.t._room.take_wake(self.waiter)
+        self.retried = False
+        return (_LOOK, 0.0)
+
+    def looked(self, rows: List[Tuple[Any, ...]]) -> Optional[Tuple[str, float]]:
+        self.used = any(row[0] is not None for row in rows)
+        leases = self.t._leases(rows, self.worker_id, self.visibility)
+        if leases:
+            self.lease = leases[0]
+            return None
+        self.busy = self.t._learn(rows[-1])
+        return self._after_look()
+
+    def failed(self, exc: LeaseQueueError) -> Optional[Tuple[str, float]]:
+        if self.t._closed:
+            return None
+        if self.retried is None:  # a sign-up failed
+            raise exc
+        if self.retried:
+            raise exc
+        self.retried = True
+        return (_LOOK, 0.0)
+
+    def _after_look(self) -> Optional[Tuple[str, float]]:
+        if self.t._closed:
+            return None
+        sleep = self.t._room.sleep_for(self.waiter, self.deadline, self.busy)
+        if sleep is None:  # not signed up since this claim began
+            self.retried = None  # a failed sign-up reaches the caller (or None once closed)
+            return (_SIGN_UP, 0.0)
+        if self.busy:  # skipped a row another transaction held: look again soon
+            sleep = min(sleep, 0.002)
+        return (_SLEEP, sleep)
+
+    def next(self) -> Optional[Tuple[str, float]]:
+        """After a sign-up (look again) or a sleep (look again, or not)."""
+        if self.retried is None:
+            return self._look()
+        if self.t._closed:
+            return None
+        waiter = self.waiter
+        if waiter.woken or self.busy:
+            return self._look()
+        if waiter.rearm:  # became timekeeper, or learnt of an earlier lock end
+            waiter.arm()
+            return self._after_look()
+        if time.monotonic() < self.deadline:  # the timekeeper's lock end is due
+            return self._look()
+        return None
+
+
 class PostgresTransport:
     """The leasequeue contract on PostgreSQL, shared across processes and machines.
 
@@ -481,66 +576,29 @@ class PostgresTransport:
             return None
         deadline = time.monotonic() + wait
         self._start_listener()
-        room = self._room
         waiter = Waiter(min_priority)
         event = waiter.event
         assert event is not None
-        room.enter(waiter)
-        used = False
+        steps = _Steps(self, waiter, deadline, worker_id, visibility)
         try:
-            claim = True
-            while True:
-                if claim:
-                    room.take_wake(waiter)
-                    try:
-                        rows = self._claim_report(worker_id, visibility, min_priority)
-                    except LeaseQueueError:
-                        if self._closed:  # closed meanwhile: a waiting claim returns None
-                            return None
-                        # A connection lost while this claim slept (a server
-                        # restart) fails the first statement sent on it, and
-                        # the pool then reconnects: try once more at once.
-                        # A second failure reaches the caller.
-                        try:
-                            rows = self._claim_report(worker_id, visibility, min_priority)
-                        except LeaseQueueError:
-                            if self._closed:
-                                return None
-                            raise
-                    used = any(row[0] is not None for row in rows)
-                    leases = self._leases(rows, worker_id, visibility)
-                    if leases:
-                        return leases[0]
-                    busy = self._learn(rows[-1])
-                if self._closed:
-                    return None
-                sleep = room.sleep_for(waiter, deadline, busy)
-                if sleep is None:  # not signed up since this claim began
-                    try:
+            step = steps.first()
+            while step is not None:
+                kind, sleep = step
+                try:
+                    if kind is _LOOK:
+                        step = steps.looked(self._claim_report(worker_id, visibility, min_priority))
+                        continue
+                    if kind is _SIGN_UP:
                         self._sign_up()
-                    except LeaseQueueError:
-                        if self._closed:
-                            return None
-                        raise
-                    claim = True
+                    elif sleep > 0.0:
+                        event.wait(None if sleep == _INF else sleep)
+                except LeaseQueueError as exc:
+                    step = steps.failed(exc)
                     continue
-                if busy:  # skipped a row another transaction held: look again soon
-                    sleep = min(sleep, 0.002)
-                if sleep > 0.0:
-                    event.wait(None if sleep == _INF else sleep)
-                if self._closed:
-                    return None
-                now = time.monotonic()
-                if waiter.woken or busy:
-                    claim = True
-                elif waiter.rearm:
-                    claim = False  # became timekeeper, or learnt of an earlier lock end
-                else:
-                    claim = now < deadline  # the timekeeper's lock end is due
-                    if not claim:
-                        return None
+                step = steps.next()
+            return steps.lease
         finally:
-            room.leave(waiter, used)
+            steps.leave()
 
     def _learn(self, report: Tuple[Any, ...]) -> bool:
         """Take a waiting claim's report row: the earliest lock end (for the
@@ -618,65 +676,34 @@ class PostgresTransport:
         deadline = time.monotonic() + wait
         if not self._listener.running:
             await loop.run_in_executor(None, self._start_listener)
-        room = self._room
         waiter = Waiter(min_priority, loop)
-        room.enter(waiter)
-        used = False
+        steps = _Steps(self, waiter, deadline, worker_id, visibility)
         try:
-            claim = True
-            while True:
-                waiter.arm()
-                if claim:
-                    room.take_wake(waiter)
-                    try:
+            step = steps.first()
+            while step is not None:
+                kind, sleep = step
+                try:
+                    if kind is _LOOK:
                         rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
-                    except LeaseQueueError:
-                        if self._closed:
-                            return None
-                        try:  # once more at once, as in claim: the pool reconnects
-                            rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
-                        except LeaseQueueError:
-                            if self._closed:
-                                return None
-                            raise
-                    used = any(row[0] is not None for row in rows)
-                    leases = self._leases(rows, worker_id, visibility)
-                    if leases:
-                        return leases[0]
-                    busy = self._learn(rows[-1])
-                if self._closed:
-                    return None
-                sleep = room.sleep_for(waiter, deadline, busy)
-                if sleep is None:  # not signed up since this claim began
-                    try:
+                        step = steps.looked(rows)
+                        continue
+                    if kind is _SIGN_UP:
                         await loop.run_in_executor(None, self._sign_up)
-                    except LeaseQueueError:
-                        if self._closed:
-                            return None
-                        raise
-                    claim = True
+                    else:
+                        future = waiter.future
+                        assert future is not None
+                        if sleep > 0.0 and not waiter.woken and not waiter.rearm:
+                            try:
+                                await asyncio.wait_for(asyncio.shield(future), None if sleep == _INF else sleep)
+                            except asyncio.TimeoutError:
+                                pass
+                except LeaseQueueError as exc:
+                    step = steps.failed(exc)
                     continue
-                if busy:
-                    sleep = min(sleep, 0.002)
-                future = waiter.future
-                assert future is not None
-                if sleep > 0.0 and not waiter.woken and not waiter.rearm:
-                    try:
-                        await asyncio.wait_for(asyncio.shield(future), None if sleep == _INF else sleep)
-                    except asyncio.TimeoutError:
-                        pass
-                if self._closed:
-                    return None
-                if waiter.woken or busy:
-                    claim = True
-                elif waiter.rearm:
-                    claim = False
-                else:
-                    claim = time.monotonic() < deadline
-                    if not claim:
-                        return None
+                step = steps.next()
+            return steps.lease
         finally:
-            room.leave(waiter, used)
+            steps.leave()
 
     async def _aclaim_shielded(
         self, loop: asyncio.AbstractEventLoop, worker_id: str, visibility: float, min_priority: int
