@@ -113,7 +113,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--baseline", metavar="FILE", help="another copy of _backends/inmemory/transport_py.py to measure alongside")
+    parser.add_argument("--baseline", metavar="FILE",
+                        help="another copy of the pure twin (transport_py.py) to measure alongside")
     args = parser.parse_args()
     from leasequeue.bench.impls import load
 

@@ -25,7 +25,10 @@ from leasequeue.testing import ManualClock
 pytest_plugins = ["coverage_floor"]
 
 IMPLEMENTATIONS = ("python", "cython")
-MODULES = {"python": "leasequeue._backends.inmemory.transport_py", "cython": "leasequeue._backends.inmemory.transport_c"}
+MODULES = {
+    "python": "leasequeue._backends.inmemory.transport_py",
+    "cython": "leasequeue._backends.inmemory.transport_c",
+}
 
 
 def load_implementation(name: str) -> ModuleType:

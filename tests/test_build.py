@@ -32,7 +32,9 @@ from typing import Dict, Iterator, List, Optional
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HAS_SOURCE_TREE = (ROOT / "setup.py").is_file() and (ROOT / "src" / "leasequeue" / "_backends" / "inmemory" / "transport_c.pyx").is_file()
+HAS_SOURCE_TREE = (ROOT / "setup.py").is_file() and (
+    ROOT / "src" / "leasequeue" / "_backends" / "inmemory" / "transport_c.pyx"
+).is_file()
 BUILD_REQUIREMENTS = ["setuptools>=77", "Cython>=3.1", "wheel"]
 #: A line of setup.py's fallback banner (FALLBACK_WARNING).
 FALLBACK_BANNER = "could not be built"
@@ -192,7 +194,8 @@ def test_build_without_compiler_falls_back_loudly(build_venv: BuildVenv) -> None
         "t.publish('g', 'e')\n"
         "lease = t.claim('w', 5.0)\n"
         "t.ack(lease)\n"
-        "print(leasequeue.IMPLEMENTATION, importlib.util.find_spec('leasequeue._backends.inmemory.transport_c') is None,\n"
+        "compiled = importlib.util.find_spec('leasequeue._backends.inmemory.transport_c')\n"
+        "print(leasequeue.IMPLEMENTATION, compiled is None,\n"
         "      lease.event, len(t), leasequeue.__file__)\n"
     )
     assert probe.returncode == 0, probe.stdout

@@ -115,8 +115,9 @@ def test_every_readme_section_is_on_the_site() -> None:
         for kind, argument, body in _blocks(page):
             if kind == "{include}" and ((DOCS / page).parent / argument).resolve() == (ROOT / "README.md").resolve():
                 options = dict(re.findall(r"^:([\w-]+):[ \t]*(.*)$", body, re.M))
-                start = readme.find(options.get("start-after", "").strip().strip('"')) if "start-after" in options else 0
-                end = readme.find(options["end-before"].strip().strip('"'), start) if "end-before" in options else len(readme)
+                after, before = options.get("start-after"), options.get("end-before")
+                start = readme.find(after.strip().strip('"')) if after is not None else 0
+                end = readme.find(before.strip().strip('"'), start) if before is not None else len(readme)
                 ranges.append((start, end))
     headings = [m.start() for m in re.finditer(r"^##? .*$", readme, re.M)]
     assert headings
@@ -183,7 +184,8 @@ def _check_sketches(text: str, page: str) -> int:
             assert param.name in names, where
             code = real[names.index(param.name)]
             order.append(names.index(param.name))
-            assert (code.kind == inspect.Parameter.KEYWORD_ONLY) == (param.kind == inspect.Parameter.KEYWORD_ONLY), where
+            keyword_only = inspect.Parameter.KEYWORD_ONLY
+            assert (code.kind == keyword_only) == (param.kind == keyword_only), where
             assert (code.default is inspect.Parameter.empty) == (param.default is inspect.Parameter.empty), where
             if isinstance(code.default, (int, float, str, type(None))):
                 assert code.default == param.default, where

@@ -44,7 +44,8 @@ def test_the_mutants_are_listed_with_the_equivalents_marked() -> None:
     lines = out.stdout.splitlines()
     total = re.fullmatch(r"(\d+) of (\d+) mutants \(\d+ duplicates dropped\)", lines[-1])
     assert total and total.group(1) == total.group(2) and int(total.group(1)) > 1000, lines[-1]
-    assert all(re.match(r"\s*\d+ src/leasequeue/_backends/inmemory/transport_py.py:\d+\s+\w+\s+\S", line) for line in lines[:-1])
+    listing = re.compile(r"\s*\d+ src/leasequeue/_backends/inmemory/transport_py.py:\d+\s+\w+\s+\S")
+    assert all(listing.match(line) for line in lines[:-1])
     assert any(line.endswith("[equivalent]") for line in lines)
     assert not all(line.endswith("[equivalent]") for line in lines[:-1])
 

@@ -219,7 +219,8 @@ class Checker:
         )
         if compiled != pyx:
             problems.append(f"compiled modules {compiled} != .pyx sources {pyx}")
-        for needed in ("leasequeue/py.typed", "leasequeue/__init__.py", "leasequeue/_backends/inmemory/transport_py.py"):
+        pure = "leasequeue/_backends/inmemory/transport_py.py"
+        for needed in ("leasequeue/py.typed", "leasequeue/__init__.py", pure):
             if needed not in names:
                 problems.append(f"missing {needed}")
         # The SQL the durable backends load by name, the migrations included:

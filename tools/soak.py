@@ -29,11 +29,14 @@ from types import ModuleType
 from typing import List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "src")]
+sys.path[:0] = [os.path.join(ROOT, "tests", "inmemory"), os.path.join(ROOT, "tests"), os.path.join(ROOT, "src")]
 
 from test_stress import StressConfig, StressResult, run_stress  # noqa: E402
 
-MODULES = {"python": "leasequeue._backends.inmemory.transport_py", "cython": "leasequeue._backends.inmemory.transport_c"}
+MODULES = {
+    "python": "leasequeue._backends.inmemory.transport_py",
+    "cython": "leasequeue._backends.inmemory.transport_c",
+}
 
 
 def rss_bytes() -> int:

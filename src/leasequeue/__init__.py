@@ -65,7 +65,7 @@ __all__ = [
     "__version__",
 ]
 
-from ._backends.inmemory.transport import IMPLEMENTATION, NO_EXTENSIONS, InMemoryTransport, Lease
+from ._backends.inmemory.transport import IMPLEMENTATION, NO_EXTENSIONS, InMemoryTransport, Lease  # noqa: F401
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
     from ._backends.inmemory.transport_py import InMemoryTransport as PyInMemoryTransport

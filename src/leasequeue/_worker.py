@@ -327,7 +327,8 @@ class Worker:
     ``drain_timeout`` (seconds running handlers get to finish at shutdown),
     ``min_priority`` (the claim floor), ``worker_id`` (the leases' holder name;
     default ``host:pid``), ``name`` (the logger is ``leasequeue.worker.NAME``),
-    ``hooks`` (``{outcome: f(job, error)}``, one of ``started``, ``succeeded``, ``retried``, ``buried``, ``skipped``, ``lost``, ``handed_back``),
+    ``hooks`` (``{outcome: f(job, error)}``, an outcome one of ``started``,
+    ``succeeded``, ``retried``, ``buried``, ``skipped``, ``lost``, ``handed_back``),
     ``metrics`` (``True`` or a ``prometheus_client`` registry),
     ``batch`` (claim up to that many messages at once when several slots are
     free; 1 disables), ``signals`` (``None``: on the main thread only).
@@ -410,7 +411,8 @@ class Worker:
     # ------------------------------------------------------------ public
 
     def on(self, outcome: str, hook: Callable[[Job, Optional[BaseException]], Any]) -> None:
-        """Call ``hook(job, error)`` at each ``outcome`` (``started``, ``succeeded``, ``retried``, ``buried``, ``skipped``, ``lost`` or ``handed_back``).
+        """Call ``hook(job, error)`` at each ``outcome`` (``started``, ``succeeded``,
+        ``retried``, ``buried``, ``skipped``, ``lost`` or ``handed_back``).
 
         ``error`` is the handler's exception (``retried``, ``buried``,
         ``skipped``), the ``LeaseLost`` (``lost``), or ``None``.  Hooks run in

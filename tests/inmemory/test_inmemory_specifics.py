@@ -91,7 +91,8 @@ def test_clock_not_callable(make_transport: Callable[..., Any]) -> None:
 
 def other_module(impl: ModuleType) -> ModuleType | None:
     """The other implementation's module, when it can be imported."""
-    name = "leasequeue._backends.inmemory.transport_c" if impl.__name__.endswith("_py") else "leasequeue._backends.inmemory.transport_py"
+    twin = "transport_c" if impl.__name__.endswith("_py") else "transport_py"
+    name = f"leasequeue._backends.inmemory.{twin}"
     try:
         return importlib.import_module(name)
     except ImportError:

@@ -59,7 +59,8 @@ def compiled_module() -> ModuleType:
 def test_extension_is_selected_unless_disabled() -> None:
     if NO_EXTENSIONS:
         assert leasequeue.IMPLEMENTATION == "python"
-        assert leasequeue.InMemoryTransport is importlib.import_module("leasequeue._backends.inmemory.transport_py").InMemoryTransport
+        pure = importlib.import_module("leasequeue._backends.inmemory.transport_py")
+        assert leasequeue.InMemoryTransport is pure.InMemoryTransport
         return
     compiled = compiled_module()
     assert leasequeue.IMPLEMENTATION == "cython"

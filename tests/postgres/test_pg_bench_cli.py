@@ -36,7 +36,8 @@ def test_bench_postgres_smoke(conninfo: str, tmp_path: Any) -> None:
     for variant in measured_consume:
         point = consume["median"][variant]["1"]
         assert point["jobs_per_s"] > 0 and point["client_cpu_ms"] > 0
-        assert point["jobs"] == (consume["slow_jobs"] if variant in ("pgqueuer-1", "procrastinate") else consume["jobs"])
+        slow = variant in ("pgqueuer-1", "procrastinate")
+        assert point["jobs"] == (consume["slow_jobs"] if slow else consume["jobs"])
     assert report["load"] is None or len(report["load"]) == 3
     text = out_md.read_text()
     assert "publish -> claim -> ack" in text and "wake latency" in text and text in done.stdout

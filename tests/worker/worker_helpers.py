@@ -13,7 +13,10 @@ from typing import Any, Callable, List
 import pytest
 
 #: Each twin's module (as tests/conftest.py's MODULES).
-MODULES = {"python": "leasequeue._backends.inmemory.transport_py", "cython": "leasequeue._backends.inmemory.transport_c"}
+MODULES = {
+    "python": "leasequeue._backends.inmemory.transport_py",
+    "cython": "leasequeue._backends.inmemory.transport_c",
+}
 
 
 def load_implementation(name: str) -> ModuleType:

@@ -233,7 +233,7 @@ def _pgqueuer_consume(conninfo: str, queue: str, wid: int, batch: int, start: An
     async def run() -> Tuple[int, float, float]:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         qm = QueueManager(Queries.from_psycopg_connection(conn))
-        done = [0, 0.0]
+        done: List[Any] = [0, 0.0]  # jobs done, time.time() of the last
 
         @qm.entrypoint(queue)
         async def handle(job: Any) -> None:
@@ -258,7 +258,7 @@ def _procrastinate_consume(conninfo: str, queue: str, wid: int, batch: int, star
 
     async def run() -> Tuple[int, float, float]:
         app = App(connector=PsycopgConnector(conninfo=conninfo, min_size=1, max_size=2))
-        done = [0, 0.0]
+        done: List[Any] = [0, 0.0]  # jobs done, time.time() of the last
 
         @app.task(name="bench", queue=queue)
         async def bench(n: int) -> None:

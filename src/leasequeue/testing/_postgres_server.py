@@ -9,7 +9,8 @@ removes the directory on ``stop()``.  ``restart_immediate()`` is the crash
 the fault tests need: ``pg_ctl restart -m immediate``.
 
 ``settings={"name": "value"}`` adds server settings (profiling:
-``shared_preload_libraries=pg_stat_statements``).  ``fsync=False`` starts it with ``fsync=off``, for tests: a commit still
+``shared_preload_libraries=pg_stat_statements``).  ``fsync=False`` starts it
+with ``fsync=off``, for tests: a commit still
 writes its WAL to the kernel before it returns (``synchronous_commit``
 stays on), so a crashed or killed server process (``-m immediate``,
 ``SIGKILL``) loses nothing; only an operating-system crash could.  The

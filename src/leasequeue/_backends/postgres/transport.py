@@ -194,7 +194,7 @@ class _Steps:
         self.lease: Any = None
         self.used = False
         self.busy = False
-        self.retried = False
+        self.retried: Optional[bool] = False  # None: the step under way is a sign-up
         t._room.enter(waiter)
 
     def leave(self) -> None:
