@@ -492,6 +492,21 @@ class QuarantineRules(ContractBase):
         assert order == [("b", 2), ("a", 3), ("c", 4)]
 
     @requires("supports_quarantine", QUARANTINE)
+    def test_skip_keeps_a_claimed_groups_round_robin_place(self, transport: Any) -> None:
+        """A group that was claimed keeps its place (the order of its last
+        claim) when its head is skipped: it does not become never-claimed."""
+        for event in ("a1", "a2", "a3"):
+            transport.publish("a", event)  # seqs 1-3
+        transport.publish("b", "b1")  # 4
+        transport.publish("b", "b2")  # 5
+        transport.ack(transport.claim("w", 30))  # a: claim 1
+        transport.ack(transport.claim("w", 30))  # b: claim 2
+        transport.publish("c", "c1")  # 6, never claimed
+        assert transport.skip("a") is True  # a2 goes; a3 is the head
+        order = [(x.group_id, x.seq) for x in self.claim_all(transport)]
+        assert order == [("c", 6), ("a", 3), ("b", 5)]
+
+    @requires("supports_quarantine", QUARANTINE)
     def test_skip_uses_the_transports_time(self, transport: Any, clock: ContractClock) -> None:
         """The transport's time never runs back: a skip whose clock reading
         is older than the latest time used acts at that time, and a skip
