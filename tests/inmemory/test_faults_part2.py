@@ -442,7 +442,8 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
     pure = impl.__name__.endswith("_py")
     clocks = [ManualClock(), ManualClock()]
     a, b = impl.InMemoryTransport(clock=clocks[0]), impl.InMemoryTransport(clock=clocks[1])
-    names = {g: (object(), object()) for g in ["held1", "held2", "held3", "held4", "free", "purged", "prio", "lifted"]}
+    names = {g: (object(), object())
+             for g in ["held1", "held2", "held3", "held4", "held5", "free", "purged", "prio", "lifted"]}
 
     def history(t: Any) -> Dict[str, Any]:
         t.publish("victim", None)
@@ -453,8 +454,8 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
             for event in events:
                 t.publish(g, event)
         t.pause("lifted")
-        held = t.claim_many("w", 10.0, 4)
-        assert [lease.group_id for lease in held] == ["held1", "held2", "held3", "held4"]
+        held = t.claim_many("w", 10.0, 5)
+        assert [lease.group_id for lease in held] == ["held1", "held2", "held3", "held4", "held5"]
         return {"stale": stale, "held": held}
 
     def operations(t: Any, state: Dict[str, Any]) -> Dict[str, Callable[[], Any]]:
@@ -475,6 +476,9 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
             "publish_many": lambda: t.publish_many([("pm", 1), ("prio", 2)]),
             "claim_many": lambda: t.claim_many("w", 10.0, 2),
             "ack_many": lambda: t.ack_many([held[3], held[0]]),
+            "bury": lambda: t.bury(held[4], "poison"),
+            "skip": lambda: t.skip("free"),
+            "peek": lambda: t.peek("prio", 5),
             "timer_fire": t._timer_fire,  # what the expiry timer calls
             "close": t.close,  # last: the transport works on, only waits end at once
         }
@@ -499,6 +503,9 @@ def test_a_profiler_hook_inside_an_operation_may_only_publish(impl: Any) -> None
         "publish_many": lambda: a.publish_many([]),
         "claim_many": lambda: a.claim_many("f", 10.0, 3, 2**62),
         "ack_many": lambda: a.ack_many([stale]),
+        "bury": lambda: a.bury(stale),
+        "skip": lambda: a.skip("absent"),
+        "peek": lambda: a.peek("absent"),
     }
     running = [""]
     seen: Dict[Tuple[str, str], str] = {}

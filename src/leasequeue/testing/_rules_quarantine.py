@@ -198,6 +198,23 @@ class QuarantineRules(ContractBase):
         assert transport.claim("w", 10) is None
 
     @requires("supports_quarantine", QUARANTINE)
+    def test_bury_of_a_lease_that_never_expires(self, transport: Any, clock: ContractClock) -> None:
+        """A lease of infinite visibility ends when buried like any other:
+        the message is neither leased nor parked, and ``resume`` lets it go."""
+        transport.publish("g", "g1")
+        transport.publish("h", "h1")
+        lease = transport.claim("w", math.inf)
+        assert lease.group_id == "g"
+        transport.bury(lease, "forever")
+        assert transport.stats() == (2, 2, 0, 0, 0, 1)
+        clock.advance(1e9)
+        assert transport.claim("w", 30).group_id == "h"
+        assert transport.resume("g") is True
+        again = transport.claim("w", 30)
+        assert (again.group_id, again.attempt) == ("g", 2)
+        assert transport.stats() == (2, 2, 2, 0, 0, 0)
+
+    @requires("supports_quarantine", QUARANTINE)
     def test_bury_of_an_extended_lease(self, transport: Any) -> None:
         """The old and the extended lease name the same delivery: either may
         be buried, and the other then stops being current."""
@@ -323,7 +340,9 @@ class QuarantineRules(ContractBase):
     # -- skip -----------------------------------------------------------------------
 
     @requires("supports_quarantine", QUARANTINE)
-    @pytest.mark.parametrize("head", ["ready", "parked", "parked-expired", "leased-expired", "buried", "paused"])
+    @pytest.mark.parametrize(
+        "head", ["ready", "parked", "parked-forever", "parked-expired", "leased-expired", "buried", "paused"]
+    )
     def test_skip_removes_the_head(self, transport: Any, clock: ContractClock, head: str) -> None:
         """``skip`` removes the head unless a live lease holds it: a ready,
         parked (the park ends with it), paused or buried head, or one under
@@ -335,6 +354,8 @@ class QuarantineRules(ContractBase):
         lease = None
         if head == "parked":
             transport.nack(transport.claim("w", 30), 1000)
+        elif head == "parked-forever":
+            transport.nack(transport.claim("w", 30), math.inf)
         elif head == "parked-expired":
             transport.nack(transport.claim("w", 30), 10)
             clock.advance(11)
@@ -349,7 +370,7 @@ class QuarantineRules(ContractBase):
             transport.pause("g")
         assert transport.skip("g") is True
         assert self._peek_ids(transport, "g") == [(2, 0), (3, 0)]
-        assert len(transport) == 2 and transport.stats().buried == 0
+        assert len(transport) == 2 and transport.stats()[2:] == (0, 0, int(head == "paused"), 0)
         if lease is not None:
             for op in (transport.ack, transport.nack, lambda x: transport.extend(x, 5)):
                 with pytest.raises(LeaseLost):
@@ -451,6 +472,73 @@ class QuarantineRules(ContractBase):
                                clock_during_call=RuntimeError("clock"), identity=self.preserves_identity)
         assert_changes_nothing(new_transport, lambda t, l: t.skip("d"), ValueError,
                                clock_during_call=math.nan, identity=self.preserves_identity)
+
+    @requires("supports_quarantine", QUARANTINE)
+    @pytest.mark.parametrize("paused", [False, True])
+    def test_skip_places_a_never_claimed_group_by_its_new_head(self, transport: Any, paused: bool) -> None:
+        """Never-claimed groups come first, in the order of their oldest
+        message: after a skip, that is the group's next message (paused or
+        not while skipped)."""
+        transport.publish("a", "a1")  # seq 1
+        transport.publish("b", "b1")  # seq 2
+        transport.publish("a", "a2")  # seq 3
+        transport.publish("c", "c1")  # seq 4
+        if paused:
+            transport.pause("a")
+        assert transport.skip("a") is True
+        if paused:
+            transport.resume("a")
+        order = [(x.group_id, x.seq) for x in self.claim_all(transport)]
+        assert order == [("b", 2), ("a", 3), ("c", 4)]
+
+    @requires("supports_quarantine", QUARANTINE)
+    def test_skip_keeps_a_claimed_groups_round_robin_place(self, transport: Any) -> None:
+        """A group that was claimed keeps its place (the order of its last
+        claim) when its head is skipped: it does not become never-claimed."""
+        for event in ("a1", "a2", "a3"):
+            transport.publish("a", event)  # seqs 1-3
+        transport.publish("b", "b1")  # 4
+        transport.publish("b", "b2")  # 5
+        transport.ack(transport.claim("w", 30))  # a: claim 1
+        transport.ack(transport.claim("w", 30))  # b: claim 2
+        transport.publish("c", "c1")  # 6, never claimed
+        assert transport.skip("a") is True  # a2 goes; a3 is the head
+        order = [(x.group_id, x.seq) for x in self.claim_all(transport)]
+        assert order == [("c", 6), ("a", 3), ("b", 5)]
+
+    @requires("supports_quarantine", QUARANTINE)
+    def test_skip_uses_the_transports_time(self, transport: Any, clock: ContractClock) -> None:
+        """The transport's time never runs back: a skip whose clock reading
+        is older than the latest time used acts at that time, and a skip
+        that reads a later time moves it on."""
+        transport.publish("g", "g1")
+        clock.advance(30)
+        transport.stats()  # the transport's time: 1030
+        clock.advance(-30)
+        assert transport.skip("unknown") is False
+        assert transport.claim("w", 10).expires_at == 1040.0  # not 1010: time did not run back
+        clock.advance(100)
+        assert transport.skip("unknown") is False  # reads 1100: the transport's time moves on
+        clock.advance(-100)
+        transport.publish("h", "h1")
+        assert transport.claim("w", 10).expires_at == 1110.0
+
+    @requires("supports_quarantine", QUARANTINE)
+    def test_skip_applies_every_expiry_due(self, transport: Any, clock: ContractClock) -> None:
+        """``skip`` applies every expiry due, not only the earliest or the
+        latest lock's: the head whose lease ran out goes, whatever the other
+        locks do."""
+        for group in ("a", "b", "c"):
+            transport.publish(group, group + "1")
+            transport.publish(group, group + "2")
+        transport.claim("w", 100)  # a: until 1100
+        transport.claim("w", 10)  # b: until 1010
+        transport.claim("w", 1000)  # c: until 2000
+        clock.advance(50)
+        assert transport.skip("a") is False  # still leased
+        assert transport.skip("b") is True  # ran out at 1010
+        assert transport.skip("c") is False
+        assert [m.seq for m in transport.peek("b")] == [4]
 
     @requires("supports_quarantine", QUARANTINE)
     def test_skip_applies_expiry_as_stats_does(self, transport: Any, clock: ContractClock) -> None:

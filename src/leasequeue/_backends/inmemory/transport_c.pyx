@@ -52,7 +52,10 @@ control plane and the batches: ``pause`` of an unknown group and
 the whole batch (messages, new groups, their levels); ``claim_many`` makes
 room for all its claims (records and expiry entries, which the expiries it
 applies first must not give back); ``purge``, ``groups`` and ``ack_many``
-allocate the arrays that carry what they release or report past the lock.  Storage is
+allocate the arrays that carry what they release or report past the lock.
+Of the quarantine: ``bury`` and ``skip`` never need memory (``skip``
+re-keys a never-claimed group through its reserved ready-heap slot), and
+``peek`` allocates the array it copies the messages into first.  Storage is
 given back when a backlog drains: when under a quarter of the message or
 group slots is in use, ``ack`` renumbers the live ones into arrays half as
 full (amortised O(1); a lease whose group moved is found again by its id),
