@@ -7,12 +7,13 @@ serves this suite only.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
 import random
 import sys
-from typing import Any, Callable, List, Tuple, Type
+from typing import Any, Callable, Iterable, Iterator, List, Sequence, Tuple, Type
 
 # The referee's int64 ends, not the code under test's: a test's oracle must not
 # move with the code it checks.
@@ -24,9 +25,11 @@ __all__ = [
     "INT64_MIN",
     "IS_CPYTHON",
     "collect_during",
+    "collector_restored",
     "finaliser_outcome",
     "fingerprint",
     "lease_key",
+    "publishing_finalisers_during",
     "python_argv",
 ]
 
@@ -141,6 +144,56 @@ def collect_during(call: Callable[[], Any], finaliser: Callable[[], None], thres
         gc.set_threshold(*old)
         del junk
         gc.enable()
+
+
+@contextlib.contextmanager
+def collector_restored() -> Iterator[None]:
+    """Around a loop of :func:`collect_during`: the collector's thresholds as
+    they were, and the collector enabled, when the loop ends, also when it
+    fails or a thread is left stuck inside a collection."""
+    old = gc.get_threshold()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.enable()
+
+
+def publishing_finalisers_during(t: Any, ops: Sequence[Callable[[int], Any]], thresholds: Iterable[int],
+                                 extras: Iterable[int], seconds: float,
+                                 after_each: Callable[[], None] = lambda: None) -> int:
+    """In a child interpreter: run each of ``ops`` (called with a number
+    unique to the run) under :func:`collect_during`, for every threshold and
+    amount of pending garbage, with a finaliser that publishes to ``t``;
+    ``after_each()`` after each amount's round of ``ops``.  In a thread,
+    joined for ``seconds``: still running then, the finaliser deadlocked on
+    the transport's lock, and the child prints ``DEADLOCK`` and exits 3 (a
+    thread stuck inside a finaliser leaves the collector marked as running,
+    which is why this runs in a child).  Returns how many finalisers ran;
+    the collector is back at its default threshold and collected."""
+    import threading
+
+    finalised: List[Any] = []
+
+    def finaliser() -> None:
+        finalised.append(t.publish("from-gc", None))
+
+    def scenario() -> None:
+        for threshold in thresholds:
+            for extra in extras:
+                for i, op in enumerate(ops):
+                    collect_during(lambda: op(threshold * 100 + extra * 10 + i), finaliser, threshold, extra)
+                after_each()
+
+    thread = threading.Thread(target=scenario, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        print("DEADLOCK after", len(finalised), "finalisers", flush=True)
+        os._exit(3)
+    gc.set_threshold(700, 10, 10)
+    gc.collect()
+    return len(finalised)
 
 
 def finaliser_outcome(call: Callable[[], Any], ran_on: Tuple[Type[BaseException], ...] = ()) -> str:

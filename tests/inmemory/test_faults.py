@@ -30,6 +30,7 @@ from helpers import (
     CPYTHON_ONLY_REASON,
     IS_CPYTHON,
     collect_during,
+    collector_restored,
     finaliser_outcome,
     fingerprint,
     package_root,
@@ -44,6 +45,7 @@ try:  # CPython's test hooks: fail the n-th memory allocation from now
 except ImportError:  # PyPy, or a distribution without the test modules
     set_nomemory = remove_mem_hooks = None
 
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where helpers.py is
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
@@ -423,52 +425,31 @@ def test_finalisers_run_by_the_garbage_collector_during_operations(impl: Any) ->
     """
     code = textwrap.dedent(
         f"""
-        import gc, os, sys, threading
+        import sys
         sys.path.insert(0, {package_root(impl)!r})
+        sys.path.insert(0, {TESTS!r})
         import {impl.__name__} as impl
+        from helpers import publishing_finalisers_during
 
         now = [1000.0]
         t = impl.InMemoryTransport(clock=lambda: now[0])
-        finalised = []
-
-        class Garbage:
-            def __init__(self):
-                self.me = self
-            def __del__(self):
-                finalised.append(t.publish("from-gc", None))
-
         publish, claim, ack, nack, stats = t.publish, t.claim, t.ack, t.nack, t.stats
 
-        def scenario():
-            for threshold in range(1, 12):
-                for extra in range(12):
-                    for op in range(4):
-                        gc.collect(); gc.disable()
-                        Garbage()
-                        junk = [[] for _ in range(extra)]
-                        gc.set_threshold(threshold); gc.enable()
-                        if op == 0:
-                            publish("new-%d-%d" % (threshold, extra), 1)
-                        elif op == 1:
-                            lease = claim("w", 10.0)
-                            if lease is not None:
-                                ack(lease)
-                        elif op == 2:
-                            lease = claim("w", 10.0)
-                            if lease is not None:
-                                nack(lease, 5.0)
-                        else:
-                            stats()
-                        del junk
+        def claim_ack(i):
+            lease = claim("w", 10.0)
+            if lease is not None:
+                ack(lease)
 
-        thread = threading.Thread(target=scenario, daemon=True)
-        thread.start()
-        thread.join(20)  # it takes well under a second when nothing deadlocks
-        if thread.is_alive():
-            print("DEADLOCK after", len(finalised), "finalisers", flush=True)
-            os._exit(3)
-        gc.set_threshold(700, 10, 10)
-        gc.collect()
+        def claim_nack(i):
+            lease = claim("w", 10.0)
+            if lease is not None:
+                nack(lease, 5.0)
+
+        ops = [lambda i: publish("new-%d" % i, 1), claim_ack, claim_nack, lambda i: stats()]
+        # thresholds up to 12: collect_during may hold one allocation more pending
+        # than the loop written here before; it takes well under a second when
+        # nothing deadlocks
+        finalised = publishing_finalisers_during(t, ops, range(1, 13), range(12), 20)
         now[0] = 10.0**9  # every park has run out
         # consistent: len agrees with what can be claimed, each message once
         n = len(t)
@@ -482,7 +463,7 @@ def test_finalisers_run_by_the_garbage_collector_during_operations(impl: Any) ->
             seen.add(lease.seq)
             t.ack(lease)
         assert len(seen) == n and len(t) == 0, (len(seen), n)
-        print("ok", len(finalised))
+        print("ok", finalised)
         """
     )
     out = subprocess.run(python_argv(code), capture_output=True, text=True, timeout=300, check=False)
@@ -543,12 +524,8 @@ def test_finaliser_in_the_middle_of_an_operation_may_only_publish(impl: Any) -> 
             for extra in range(9):
                 collect_during(lambda: cycle(extra), finaliser, threshold, extra)
 
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         run_with_deadline(scenario, 60.0)  # each round collects in full: seconds on a busy machine
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     gc.collect()
     assert set(outcomes) == set(calls), "no finaliser ran: the test tests nothing"
     for name, seen in outcomes.items():

@@ -31,6 +31,7 @@ from helpers import (
     CPYTHON_ONLY_REASON,
     IS_CPYTHON,
     collect_during,
+    collector_restored,
     finaliser_outcome,
     fingerprint,
     lease_key,
@@ -235,19 +236,14 @@ def test_finalisers_run_by_the_garbage_collector_during_new_operations(impl: Any
     threshold -- here inside each control-plane and batch operation."""
     code = textwrap.dedent(
         f"""
-        import gc, os, sys, threading
+        import sys
         sys.path.insert(0, {package_root(impl)!r})
+        sys.path.insert(0, {TESTS!r})
         import {impl.__name__} as impl
+        from helpers import publishing_finalisers_during
 
         now = [1000.0]
         t = impl.InMemoryTransport(clock=lambda: now[0])
-        finalised = []
-
-        class Garbage:
-            def __init__(self):
-                self.me = self
-            def __del__(self):
-                finalised.append(t.publish("from-gc", None))
 
         ops = [
             lambda i: t.pause("g%d" % (i % 7)),
@@ -261,26 +257,12 @@ def test_finalisers_run_by_the_garbage_collector_during_new_operations(impl: Any
             lambda i: t.claim_many("w", 10.0, 2),
         ]
 
-        def scenario():
-            for threshold in range(1, 10):
-                for extra in range(8):
-                    for i, op in enumerate(ops):
-                        gc.collect(); gc.disable()
-                        Garbage()
-                        junk = [[] for _ in range(extra)]
-                        gc.set_threshold(threshold); gc.enable()
-                        op(threshold * 100 + extra * 10 + i)
-                        del junk
-                    now[0] += 3.0
+        def tick():
+            now[0] += 3.0
 
-        thread = threading.Thread(target=scenario, daemon=True)
-        thread.start()
-        thread.join(60)
-        if thread.is_alive():
-            print("DEADLOCK after", len(finalised), "finalisers", flush=True)
-            os._exit(3)
-        gc.set_threshold(700, 10, 10)
-        gc.collect()
+        # thresholds up to 10: collect_during may hold one allocation more
+        # pending than the loop written here before
+        finalised = publishing_finalisers_during(t, ops, range(1, 11), range(8), 60, after_each=tick)
         now[0] += 10.0**9
         for info in t.groups():
             t.resume(info.group_id)
@@ -292,7 +274,7 @@ def test_finalisers_run_by_the_garbage_collector_during_new_operations(impl: Any
             seen.add(lease.seq)
             t.ack(lease)
         assert len(seen) == n and len(t) == 0 and t.groups() == [], (len(seen), n)
-        print("ok", len(finalised))
+        print("ok", finalised)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
@@ -384,8 +366,7 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
         "ack_many": prepare_ack_many,
     }
 
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         i = 0
         for name, prepare in ops.items():
             for threshold in range(1, 9):
@@ -395,9 +376,6 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
                     running[0] = name
                     collect_during(call, finaliser, threshold, extra)
                     running[0] = ""
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     gc.collect()
     outcomes = set().union(*seen.values())
     assert outcomes <= {"ran", "refused"}, seen
@@ -849,8 +827,7 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
 
     pure = impl.__name__.endswith("_py")
     landed = 0
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         for threshold in range(8, 33):
             for extra in range(3):
                 t = impl.InMemoryTransport(clock=ManualClock())
@@ -884,9 +861,6 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
                 else:
                     assert states[1] == IDLE and t.stats().leased == 1 and states[0] == HANDED
                     assert t._wait_end(records[0], True).group_id == "g"
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     if pure:
         assert landed, "no collection landed while the claims were served: the test tests nothing"
 
@@ -940,8 +914,7 @@ def _land_finaliser_in(impl: Any, setup: Any) -> set:
 
     got: set = set()
     expected, held = _after(setup, impl)
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         for threshold in range(1, 9):
             for extra in range(5):
                 t, call = setup(impl)
@@ -956,9 +929,6 @@ def _land_finaliser_in(impl: Any, setup: Any) -> set:
                 gc.collect()  # a finaliser not run yet runs now, outside
                 assert [g.group_id for g in t.groups()] == expected, "the operation was not done whole"
                 assert t.stats().messages == len(t) == sum(g.messages for g in t.groups()) == held
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     return got
 
 
