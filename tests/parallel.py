@@ -27,6 +27,9 @@
   work where the installed pytest lets xdist rename test ids) puts those
   ids in the unit ``serial``.  (xdist's own ``xdist_group`` marker is not
   used for it: with pytest >= 9.2 and xdist 3.8 it no longer groups.)
+* Test ids must be the same in every process: each worker collects the
+  suite and xdist refuses to start when their collections differ (no
+  ``ids=repr`` of an object whose repr holds an address).
 * A worker runs its tests in its main thread, so ``signal`` and
   ``_thread.interrupt_main`` work there as in a serial run.  Each worker
   has its own ``tmp_path`` tree, and ``tests/postgres/conftest.py`` starts
