@@ -13,6 +13,7 @@ import math
 import os
 import random
 import sys
+import textwrap
 from typing import Any, Callable, Iterable, Iterator, List, Sequence, Tuple, Type
 
 # The referee's int64 ends, not the code under test's: a test's oracle must not
@@ -24,6 +25,7 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "IS_CPYTHON",
+    "claimed_once",
     "collect_during",
     "collector_restored",
     "finaliser_outcome",
@@ -31,6 +33,7 @@ __all__ = [
     "lease_key",
     "publishing_finalisers_during",
     "python_argv",
+    "transport_child",
 ]
 
 #: CPython runs ``__del__`` the moment the last reference goes, and has
@@ -150,12 +153,22 @@ def collect_during(call: Callable[[], Any], finaliser: Callable[[], None], thres
 def collector_restored() -> Iterator[None]:
     """Around a loop of :func:`collect_during`: the collector's thresholds as
     they were, and the collector enabled, when the loop ends, also when it
-    fails or a thread is left stuck inside a collection."""
+    fails or a thread is left stuck inside a collection.
+
+    What is alive when the loop starts (the test run's whole heap) is frozen
+    meanwhile (``gc.freeze``): the loop's collections, which it makes by the
+    hundred, then examine only the objects made since, instead of taking a
+    large process's heap through each of them, and no garbage of an earlier
+    test runs its finaliser in the middle.  Where a collection lands is
+    unchanged: that counts allocations, not the heap."""
     old = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
     try:
         yield
     finally:
         gc.set_threshold(*old)
+        gc.unfreeze()
         gc.enable()
 
 
@@ -194,6 +207,35 @@ def publishing_finalisers_during(t: Any, ops: Sequence[Callable[[int], Any]], th
     gc.set_threshold(700, 10, 10)
     gc.collect()
     return len(finalised)
+
+
+def transport_child(impl: Any, body: str) -> str:
+    """The code of a child interpreter that runs ``body`` (dedented) with
+    ``impl``, the implementation module under test (from the same build),
+    this suite's helpers importable, and ``t``, a transport on the
+    hand-moved clock ``now`` (a one-item list, at 1000.0)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    prelude = (
+        f"import sys\n"
+        f"sys.path.insert(0, {package_root(impl)!r})\n"
+        f"sys.path.insert(0, {tests!r})\n"
+        f"import {impl.__name__} as impl\n"
+        "from helpers import claimed_once, publishing_finalisers_during\n"
+        "now = [1000.0]\n"
+        "t = impl.InMemoryTransport(clock=lambda: now[0])\n"
+    )
+    return prelude + textwrap.dedent(body)
+
+
+def claimed_once(t: Any) -> int:
+    """Claim (with the lowest floor) and ack everything ``t`` serves now,
+    checking that no message is served twice; return how many there were."""
+    seen = set()
+    while (lease := t.claim("d", 10.0, INT64_MIN)) is not None:
+        assert lease.seq not in seen, ("served twice", lease.seq)
+        seen.add(lease.seq)
+        t.ack(lease)
+    return len(seen)
 
 
 def finaliser_outcome(call: Callable[[], Any], ran_on: Tuple[Type[BaseException], ...] = ()) -> str:

@@ -35,6 +35,7 @@ from helpers import (
     fingerprint,
     package_root,
     python_argv,
+    transport_child,
 )
 from leasequeue.testing import ManualClock
 
@@ -45,7 +46,6 @@ try:  # CPython's test hooks: fail the n-th memory allocation from now
 except ImportError:  # PyPy, or a distribution without the test modules
     set_nomemory = remove_mem_hooks = None
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where helpers.py is
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
@@ -423,16 +423,7 @@ def test_finalisers_run_by_the_garbage_collector_during_operations(impl: Any) ->
     In a subprocess: a thread stuck inside a finaliser leaves the collector marked
     as running, which would disable ``gc.collect()`` for the rest of the test run.
     """
-    code = textwrap.dedent(
-        f"""
-        import sys
-        sys.path.insert(0, {package_root(impl)!r})
-        sys.path.insert(0, {TESTS!r})
-        import {impl.__name__} as impl
-        from helpers import publishing_finalisers_during
-
-        now = [1000.0]
-        t = impl.InMemoryTransport(clock=lambda: now[0])
+    code = transport_child(impl, """
         publish, claim, ack, nack, stats = t.publish, t.claim, t.ack, t.nack, t.stats
 
         def claim_ack(i):
@@ -454,18 +445,10 @@ def test_finalisers_run_by_the_garbage_collector_during_operations(impl: Any) ->
         # consistent: len agrees with what can be claimed, each message once
         n = len(t)
         assert t.stats().messages == n
-        seen = set()
-        while True:
-            lease = t.claim("d", 10.0, -2**63)
-            if lease is None:
-                break
-            assert lease.seq not in seen
-            seen.add(lease.seq)
-            t.ack(lease)
-        assert len(seen) == n and len(t) == 0, (len(seen), n)
+        drained = claimed_once(t)
+        assert drained == n and len(t) == 0, (drained, n)
         print("ok", finalised)
-        """
-    )
+        """)
     out = subprocess.run(python_argv(code), capture_output=True, text=True, timeout=300, check=False)
     assert "DEADLOCK" not in out.stdout, (
         "a finaliser run by the garbage collector inside an operation deadlocked on the transport's lock: "

@@ -36,6 +36,7 @@ from helpers import (
     fingerprint,
     lease_key,
     package_root,
+    transport_child,
 )
 from leasequeue.testing import ManualClock
 
@@ -234,17 +235,7 @@ def test_finalisers_run_by_the_garbage_collector_during_new_operations(impl: Any
     """As test_faults.py's test for Part 1: cyclic garbage whose ``__del__``
     publishes, collected at whatever allocation crosses the collector's
     threshold -- here inside each control-plane and batch operation."""
-    code = textwrap.dedent(
-        f"""
-        import sys
-        sys.path.insert(0, {package_root(impl)!r})
-        sys.path.insert(0, {TESTS!r})
-        import {impl.__name__} as impl
-        from helpers import publishing_finalisers_during
-
-        now = [1000.0]
-        t = impl.InMemoryTransport(clock=lambda: now[0])
-
+    code = transport_child(impl, """
         ops = [
             lambda i: t.pause("g%d" % (i % 7)),
             lambda i: t.resume("g%d" % (i % 5)),
@@ -268,15 +259,10 @@ def test_finalisers_run_by_the_garbage_collector_during_new_operations(impl: Any
             t.resume(info.group_id)
         n = len(t)
         assert t.stats().messages == n == sum(g.messages for g in t.groups())
-        seen = set()
-        while (lease := t.claim("d", 10.0, -2**63)) is not None:
-            assert lease.seq not in seen
-            seen.add(lease.seq)
-            t.ack(lease)
-        assert len(seen) == n and len(t) == 0 and t.groups() == [], (len(seen), n)
+        drained = claimed_once(t)
+        assert drained == n and len(t) == 0 and t.groups() == [], (drained, n)
         print("ok", finalised)
-        """
-    )
+        """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert "DEADLOCK" not in out.stdout, out.stdout
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout}\n{out.stderr[-3000:]}"
