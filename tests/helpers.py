@@ -22,6 +22,7 @@ from leasequeue.testing._reference import INT64_MAX, INT64_MIN
 
 __all__ = [
     "CPYTHON_ONLY_REASON",
+    "Event",
     "INT64_MAX",
     "INT64_MIN",
     "IS_CPYTHON",
@@ -30,6 +31,7 @@ __all__ = [
     "collector_restored",
     "finaliser_outcome",
     "fingerprint",
+    "fresh",
     "lease_key",
     "publishing_finalisers_during",
     "python_argv",
@@ -41,6 +43,20 @@ __all__ = [
 #: PyPy runs finalisers whenever its collector gets to them.
 CPYTHON_ONLY_REASON = "relies on CPython's reference counting / gc / tracemalloc semantics"
 IS_CPYTHON = sys.implementation.name == "cpython"
+
+
+class Event:
+    """A weak-referenceable event with no reference cycles (the leak tests)."""
+
+    __slots__ = ("n", "__weakref__")
+
+    def __init__(self, n: int = 0) -> None:
+        self.n = n
+
+
+def fresh(text: str) -> str:
+    """A str object nobody else holds (not interned, not a constant)."""
+    return "".join([text, "-", str(id(object()))])
 
 
 def lease_key(lease: Any) -> Any:
