@@ -85,13 +85,18 @@ else:
     raise SystemExit(f"unknown workload {which}")
 """
 
-CYCLE = r"""
-import os, pickle, sys, tempfile
-which, k = sys.argv[1], int(sys.argv[2])
+#: What every cycle workload starts from (this file's and ``sqlite_floor.py``'s):
+#: ``held`` messages over ``groups`` groups, of ``event``, in a fresh directory ``d``.
+SETUP = r"""
 held, groups = 1000, 100
 event = {"step": "charge", "order": 17, "amount": 12.5}
 d = tempfile.mkdtemp()
-P = pickle.DEFAULT_PROTOCOL
+"""
+
+CYCLE = r"""
+import os, pickle, sys, tempfile
+which, k = sys.argv[1], int(sys.argv[2])
+""" + SETUP + r"""P = pickle.DEFAULT_PROTOCOL
 """ + PEERS + r"""for i in range(k):
     cycle(i)
 """
@@ -175,6 +180,11 @@ def instructions(script: str, *args: str) -> int:
     return int(match.group(1))
 
 
+def counts(name: str) -> tuple:
+    """K1 and K2 for a workload: more for the batched ones (k = 64 a call)."""
+    return (640, 3200) if "k64" in name else (200, 1200)
+
+
 def per_cycle(script: str, k1: int, k2: int, *args: str, per: int = 1) -> float:
     low = instructions(script, args[0], str(k1), *args[1:])
     high = instructions(script, args[0], str(k2), *args[1:])
@@ -188,16 +198,14 @@ def main() -> int:
         print("| --- | ---: |")
         for name in ("leasequeue", "leasequeue-k64", "huey", "persist-queue", "litequeue"):
             try:
-                k1, k2 = (640, 3200) if name == "leasequeue-k64" else (200, 1200)
-                print(f"| {name} | {per_cycle(CYCLE, k1, k2, name):,.0f} |", flush=True)
+                print(f"| {name} | {per_cycle(CYCLE, *counts(name), name):,.0f} |", flush=True)
             except subprocess.CalledProcessError as exc:
                 print(f"| {name} | failed: {exc.stderr.strip().splitlines()[-1]} |")
     elif what == "ops":
         print("| operation | instructions per message |")
         print("| --- | ---: |")
         for name in ("publish", "claim", "ack", "publish-k64", "claim-k64", "ack-k64"):
-            k1, k2 = (640, 3200) if name.endswith("k64") else (200, 1200)
-            print(f"| {name} | {per_cycle(OPS, k1, k2, name):,.0f} |", flush=True)
+            print(f"| {name} | {per_cycle(OPS, *counts(name), name):,.0f} |", flush=True)
     elif what == "compare" and len(sys.argv) > 2:
         global SRC
         trees = [("this tree", SRC), ("other", os.path.abspath(sys.argv[2]))]
@@ -205,7 +213,7 @@ def main() -> int:
         print("| --- | ---: |")
         for label, src in trees + trees:
             SRC = src
-            print(f"| {label} ({src}) | {per_cycle(CYCLE, 200, 1200, 'leasequeue'):,.0f} |", flush=True)
+            print(f"| {label} ({src}) | {per_cycle(CYCLE, *counts('leasequeue'), 'leasequeue'):,.0f} |", flush=True)
     elif what == "flat":
         print("| messages queued (G = N/10) | instructions per publish + claim + ack |")
         print("| ---: | ---: |")

@@ -47,16 +47,13 @@ import textwrap
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from sqlite_callgrind import PEERS, env, instructions  # noqa: E402
+from sqlite_callgrind import PEERS, SETUP, counts, env, per_cycle  # noqa: E402
 
 WORKLOAD = r"""
 import os, pickle, sqlite3, sys, tempfile, time
 which, k, page_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 timed = len(sys.argv) > 4
-held, groups = 1000, 100
-event = {"step": "charge", "order": 17, "amount": 12.5}
-P = pickle.HIGHEST_PROTOCOL
-d = tempfile.mkdtemp()
+""" + SETUP + r"""P = pickle.HIGHEST_PROTOCOL
 if which.startswith("floor"):
     conn = sqlite3.connect(os.path.join(d, "floor.db"), isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA page_size = {page_size}")
@@ -125,10 +122,7 @@ BATCHED = ("floor-k64", "floor-k64-returning", "leasequeue-k64")
 
 
 def per_message_instructions(which: str, page_size: int) -> float:
-    k1, k2 = (640, 3200) if "k64" in which else (200, 1200)
-    low = instructions(WORKLOAD, which, str(k1), str(page_size))
-    high = instructions(WORKLOAD, which, str(k2), str(page_size))
-    return (high - low) / (k2 - k1)
+    return per_cycle(WORKLOAD, *counts(which), which, str(page_size))
 
 
 def wall(which: str, page_size: int, messages: int) -> float:

@@ -5,6 +5,11 @@ Every behavioural test takes ``impl`` (the implementation module), or the
 the pure-Python and the Cython transport alike.  When the extension should
 have been built but does not import, the Cython variants *fail*; they are
 skipped only when ``LEASEQUEUE_NO_EXTENSIONS`` asks for a pure-only run.
+
+In parallel: ``parallel.py`` (a plugin, registered below) runs a plain
+``python -m pytest`` on every core with pytest-xdist (in the ``test``
+extra), and keeps the tests marked ``serial`` one after the other on one
+worker; ``-n 0`` or ``-p no:xdist`` runs everything in this one process.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import coverage_floor  # noqa: F401  (also registered below, as a plugin)
 from leasequeue.testing import ManualClock
 
 #: Branch coverage of the pure twin, with a floor: on in CI (.ci/run), opt-in elsewhere (tools/coverage.sh).
-pytest_plugins = ["coverage_floor"]
+pytest_plugins = ["coverage_floor", "parallel"]
 
 IMPLEMENTATIONS = ("python", "cython")
 MODULES = {

@@ -30,6 +30,17 @@ Configuration, the floor (``fail_under``) included, is
   ``COVERAGE_PROCESS_START``; every process writes its own data file
   (``parallel = true``) into a private temporary directory, combined at the
   end.  Threads are measured too (``concurrency = ["thread"]``).
+* Under pytest-xdist (tests run in worker processes, see ``conftest.py``)
+  each worker measures the tests it runs, as a serial run does (same
+  pauses), and saves its data file into the directory of the process that
+  started the run (``LEASEQUEUE_COVERAGE_WORKERS_DIR``, set before the
+  workers start); that process, the controller, measures nothing itself
+  (it starts the workers without ``COVERAGE_PROCESS_START``, or coverage's
+  own start-up hook would trace all of them), and combines every file,
+  reports and enforces the floor once all workers are done.  The workers
+  tell it what they deselected (``workeroutput``), so a whole run is told
+  from a partial one as without xdist.  ``-n 0`` or ``-p no:xdist`` runs
+  everything in this one process, as before.
 * The floor is enforced only on a whole run (no test paths, ``-k``, ``-m``,
   ``--deselect``, ``--lf`` ..., no ``--ignore`` but of ``tests/postgres``,
   whose backend is not measured; no failures) on Linux, where every test
@@ -58,6 +69,10 @@ import pytest
 
 CONFIG = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
+#: Set by the process that owns the measurement when it starts xdist workers:
+#: the directory where each of them saves its data file.
+WORKERS_DIR = "LEASEQUEUE_COVERAGE_WORKERS_DIR"
+
 
 def _off_because() -> Optional[str]:
     if os.environ.get("LEASEQUEUE_COVERAGE", "0") != "1":
@@ -72,6 +87,15 @@ def _off_because() -> Optional[str]:
         return "the coverage package is not installed (it is in the [test] extra)"
     if coverage.Coverage.current() is not None:
         return "coverage is already running (coverage run / pytest-cov): it reports"
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(WORKERS_DIR):
+        return "an xdist worker of a run whose controller measures nothing"
+    return None
+
+
+def _workers_dir() -> Optional[str]:
+    """In an xdist worker of a measured run: the controller's data directory."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(WORKERS_DIR):
+        return os.environ[WORKERS_DIR]
     return None
 
 
@@ -79,7 +103,10 @@ class _Measurement:
     def __init__(self) -> None:
         import coverage
 
-        self.dir = tempfile.mkdtemp(prefix="leasequeue-coverage-")
+        #: An xdist worker writes into the controller's directory and leaves
+        #: combining, reporting and removing it to the controller.
+        self.worker = _workers_dir() is not None
+        self.dir = _workers_dir() or tempfile.mkdtemp(prefix="leasequeue-coverage-")
         # pyproject's data_file is ${LEASEQUEUE_COVERAGE_DATA-.coverage}: this
         # process and every child started with COVERAGE_PROCESS_START write here.
         os.environ["LEASEQUEUE_COVERAGE_DATA"] = os.path.join(self.dir, ".coverage")
@@ -98,10 +125,14 @@ class _Measurement:
         os.environ["COVERAGE_PROCESS_START"] = str(CONFIG)
         self.cov.start()
 
-    def finish(self) -> float:
+    def save(self) -> None:
+        """Stop and write this process's data file (a worker's last step)."""
         self.cov.stop()
         self.cov.save()
         os.environ.pop("COVERAGE_PROCESS_START", None)
+
+    def finish(self) -> float:
+        self.save()
         self.cov.combine(data_paths=[self.dir], keep=False)
         # The package this run imported (installed, or src/) and the source tree
         # the others map to; not a copy a test made elsewhere, where there is no
@@ -124,6 +155,31 @@ _deselected = [0]
 
 def pytest_deselected(items: Any) -> None:
     _deselected[0] += len(items)
+
+
+def _starts_workers(config: pytest.Config) -> bool:
+    """This process is pytest-xdist's controller: it will start workers."""
+    return config.pluginmanager.has_plugin("dsession")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Before xdist's own pytest_sessionstart (trylast) starts the workers.
+    if _MEASUREMENT is None or _MEASUREMENT.worker or not _starts_workers(session.config):
+        return
+    # The tests run in the workers, each measuring itself into this directory;
+    # here nothing is traced, and the workers must not start coverage from
+    # COVERAGE_PROCESS_START (coverage's .pth hook would trace all of them).
+    _MEASUREMENT.pause()
+    os.environ[WORKERS_DIR] = _MEASUREMENT.dir
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist's controller, as a worker ends: what it deselected (each
+    worker collects the whole run, so the largest count is the run's)."""
+    output = getattr(node, "workeroutput", None) or {}
+    _deselected[0] = max(_deselected[0], int(output.get("leasequeue_deselected", 0)))
 
 
 #: Test files that run no measured code in this process or in a child it
@@ -187,6 +243,11 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, None, None]:
     yield
     if _MEASUREMENT is None:
         return
+    if _MEASUREMENT.worker:  # the controller combines, reports and enforces
+        _MEASUREMENT.save()
+        session.config.workeroutput["leasequeue_deselected"] = _deselected[0]  # type: ignore[attr-defined]
+        return
+    os.environ.pop(WORKERS_DIR, None)
     total = _MEASUREMENT.finish()
     floor = float(_MEASUREMENT.cov.config.fail_under)
     partial = _partial(session)

@@ -7,12 +7,14 @@ serves this suite only.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
 import random
 import sys
-from typing import Any, Callable, List, Tuple, Type
+import textwrap
+from typing import Any, Callable, Iterable, Iterator, List, Sequence, Tuple, Type
 
 # The referee's int64 ends, not the code under test's: a test's oracle must not
 # move with the code it checks.
@@ -20,14 +22,20 @@ from leasequeue.testing._reference import INT64_MAX, INT64_MIN
 
 __all__ = [
     "CPYTHON_ONLY_REASON",
+    "Event",
     "INT64_MAX",
     "INT64_MIN",
     "IS_CPYTHON",
+    "claimed_once",
     "collect_during",
+    "collector_restored",
     "finaliser_outcome",
     "fingerprint",
+    "fresh",
     "lease_key",
+    "publishing_finalisers_during",
     "python_argv",
+    "transport_child",
 ]
 
 #: CPython runs ``__del__`` the moment the last reference goes, and has
@@ -35,6 +43,20 @@ __all__ = [
 #: PyPy runs finalisers whenever its collector gets to them.
 CPYTHON_ONLY_REASON = "relies on CPython's reference counting / gc / tracemalloc semantics"
 IS_CPYTHON = sys.implementation.name == "cpython"
+
+
+class Event:
+    """A weak-referenceable event with no reference cycles (the leak tests)."""
+
+    __slots__ = ("n", "__weakref__")
+
+    def __init__(self, n: int = 0) -> None:
+        self.n = n
+
+
+def fresh(text: str) -> str:
+    """A str object nobody else holds (not interned, not a constant)."""
+    return "".join([text, "-", str(id(object()))])
 
 
 def lease_key(lease: Any) -> Any:
@@ -141,6 +163,95 @@ def collect_during(call: Callable[[], Any], finaliser: Callable[[], None], thres
         gc.set_threshold(*old)
         del junk
         gc.enable()
+
+
+@contextlib.contextmanager
+def collector_restored() -> Iterator[None]:
+    """Around a loop of :func:`collect_during`: the collector's thresholds as
+    they were, and the collector enabled, when the loop ends, also when it
+    fails or a thread is left stuck inside a collection.
+
+    What is alive when the loop starts (the test run's whole heap) is frozen
+    meanwhile (``gc.freeze``): the loop's collections, which it makes by the
+    hundred, then examine only the objects made since, instead of taking a
+    large process's heap through each of them, and no garbage of an earlier
+    test runs its finaliser in the middle.  Where a collection lands is
+    unchanged: that counts allocations, not the heap."""
+    old = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+        gc.enable()
+
+
+def publishing_finalisers_during(t: Any, ops: Sequence[Callable[[int], Any]], thresholds: Iterable[int],
+                                 extras: Iterable[int], seconds: float,
+                                 after_each: Callable[[], None] = lambda: None) -> int:
+    """In a child interpreter: run each of ``ops`` (called with a number
+    unique to the run) under :func:`collect_during`, for every threshold and
+    amount of pending garbage, with a finaliser that publishes to ``t``;
+    ``after_each()`` after each amount's round of ``ops``.  In a thread,
+    joined for ``seconds``: still running then, the finaliser deadlocked on
+    the transport's lock, and the child prints ``DEADLOCK`` and exits 3 (a
+    thread stuck inside a finaliser leaves the collector marked as running,
+    which is why this runs in a child).  Returns how many finalisers ran;
+    the collector is back at its default threshold and collected."""
+    import threading
+
+    finalised: List[Any] = []
+
+    def finaliser() -> None:
+        finalised.append(t.publish("from-gc", None))
+
+    def scenario() -> None:
+        for threshold in thresholds:
+            for extra in extras:
+                for i, op in enumerate(ops):
+                    collect_during(lambda: op(threshold * 100 + extra * 10 + i), finaliser, threshold, extra)
+                after_each()
+
+    thread = threading.Thread(target=scenario, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        print("DEADLOCK after", len(finalised), "finalisers", flush=True)
+        os._exit(3)
+    gc.set_threshold(700, 10, 10)
+    gc.collect()
+    return len(finalised)
+
+
+def transport_child(impl: Any, body: str) -> str:
+    """The code of a child interpreter that runs ``body`` (dedented) with
+    ``impl``, the implementation module under test (from the same build),
+    this suite's helpers importable, and ``t``, a transport on the
+    hand-moved clock ``now`` (a one-item list, at 1000.0)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    prelude = (
+        f"import sys\n"
+        f"sys.path.insert(0, {package_root(impl)!r})\n"
+        f"sys.path.insert(0, {tests!r})\n"
+        f"import {impl.__name__} as impl\n"
+        "from helpers import claimed_once, publishing_finalisers_during\n"
+        "now = [1000.0]\n"
+        "t = impl.InMemoryTransport(clock=lambda: now[0])\n"
+    )
+    return prelude + textwrap.dedent(body)
+
+
+def claimed_once(t: Any) -> int:
+    """Claim (with the lowest floor) and ack everything ``t`` serves now,
+    checking that no message is served twice; return how many there were."""
+    seen = set()
+    while (lease := t.claim("d", 10.0, INT64_MIN)) is not None:
+        assert lease.seq not in seen, ("served twice", lease.seq)
+        seen.add(lease.seq)
+        t.ack(lease)
+    return len(seen)
 
 
 def finaliser_outcome(call: Callable[[], Any], ran_on: Tuple[Type[BaseException], ...] = ()) -> str:

@@ -851,7 +851,11 @@ def run_tests(slot: Slot, pytest_args: Sequence[str], env_extra: Dict[str, str],
         env.pop(name, None)
     env.update(env_extra)
     env["PYTHONPATH"] = os.path.join(slot.dir, "src") + os.pathsep + slot.plugins
-    extra = ["-p", "_mutate_hypothesis", "-p", "_mutate_alarm", *(["-p", "_mutate_contexts"] if plugin else [])]
+    # -p no:xdist: one process, the selected tests in order (tests/parallel.py
+    # would spread a plain run over every core; the contexts plugin and the
+    # alarm need the tests in this process)
+    extra = ["-p", "no:xdist", "-p", "_mutate_hypothesis", "-p", "_mutate_alarm",
+             *(["-p", "_mutate_contexts"] if plugin else [])]
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", *extra, *pytest_args], cwd=slot.dir, env=env,

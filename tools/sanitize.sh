@@ -58,7 +58,9 @@ PYEOF
 # extra pytest arguments would replace it instead)
 select="cython and not test_build"
 [ -n "${SANITIZE_K:-}" ] && select="$select and ($SANITIZE_K)"
-selection=(-k "$select" -p no:cacheprovider -q -x)
+# -p no:xdist: every test in the one process the sanitizer watches (valgrind
+# does not follow xdist's workers), not spread over workers (tests/parallel.py)
+selection=(-k "$select" -p no:cacheprovider -p no:xdist -q -x)
 
 case "$mode" in
   asan)

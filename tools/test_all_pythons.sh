@@ -11,7 +11,7 @@
 #   PYTHONS="python3.12 /opt/py/bin/python3.14t" tools/test_all_pythons.sh -x -q
 # Interpreters default to pyenv's CPython 3.9+ versions and any python3.N(t)
 # on PATH.  Needs the package index (or pip's cache) for setuptools, Cython,
-# pytest and hypothesis.  Prints a summary table; exits non-zero on any failure.
+# pytest, pytest-xdist and hypothesis.  Prints a summary table; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 

@@ -76,16 +76,26 @@ def _drain(transport: Any, limit: int = 100) -> List[Tuple[str, Any, int]]:
     raise AssertionError("the transport never ran dry")
 
 
+def _publish_each(transport: Any, events: str) -> None:
+    """Publish each of the space-separated events to the group its first letter names."""
+    for event in events.split():
+        transport.publish(event[0], event)
+
+
+def _ack_next(transport: Any, count: int) -> None:
+    """Claim and ack the next ``count`` messages."""
+    for _ in range(count):
+        transport.ack(transport.claim("w", 100))
+
+
 def test_expired_lease_keeps_its_groups_place_at_the_front(transport: Any, clock: ManualClock) -> None:
     """SPEC 3 and decisions "Round-robin key": expiry keeps the group's position.
 
     a was claimed least recently when its lease expires, so it is served
     first again (its old message, attempt 2): not sent to the back."""
-    for event in ("a1", "b1", "c1", "a2", "b2", "c2"):
-        transport.publish(event[0], event)
+    _publish_each(transport, "a1 b1 c1 a2 b2 c2")
     transport.claim("crashes", 1)  # a1, never acked
-    transport.ack(transport.claim("w", 100))  # b1
-    transport.ack(transport.claim("w", 100))  # c1
+    _ack_next(transport, 2)  # b1, c1
     clock.advance(2)
     assert _drain(transport) == [("a", "a1", 2), ("b", "b2", 1), ("c", "c2", 1), ("a", "a2", 1)]
 
@@ -95,10 +105,8 @@ def test_expired_lease_keeps_its_groups_place_at_the_back(transport: Any, clock:
 
     c was claimed most recently when its lease expires: it waits behind the
     groups claimed before it (not treated as never claimed, not moved up)."""
-    for event in ("a1", "b1", "c1", "a2", "b2"):
-        transport.publish(event[0], event)
-    transport.ack(transport.claim("w", 100))  # a1
-    transport.ack(transport.claim("w", 100))  # b1
+    _publish_each(transport, "a1 b1 c1 a2 b2")
+    _ack_next(transport, 2)  # a1, b1
     transport.claim("crashes", 1)  # c1, never acked
     clock.advance(2)
     assert _drain(transport) == [("a", "a2", 1), ("b", "b2", 1), ("c", "c1", 2)]
@@ -107,11 +115,9 @@ def test_expired_lease_keeps_its_groups_place_at_the_back(transport: Any, clock:
 def test_expired_park_keeps_its_groups_place(transport: Any, clock: ManualClock) -> None:
     """SPEC nack: "the group keeps its round-robin position from the claim",
     also once the park has run out."""
-    for event in ("a1", "b1", "c1", "a2", "b2", "c2"):
-        transport.publish(event[0], event)
+    _publish_each(transport, "a1 b1 c1 a2 b2 c2")
     transport.nack(transport.claim("w", 100), 1)  # a1 parked for 1 s
-    transport.ack(transport.claim("w", 100))  # b1
-    transport.ack(transport.claim("w", 100))  # c1
+    _ack_next(transport, 2)  # b1, c1
     clock.advance(2)
     assert _drain(transport) == [("a", "a1", 2), ("b", "b2", 1), ("c", "c2", 1), ("a", "a2", 1)]
 

@@ -30,10 +30,12 @@ from helpers import (
     CPYTHON_ONLY_REASON,
     IS_CPYTHON,
     collect_during,
+    collector_restored,
     finaliser_outcome,
     fingerprint,
     package_root,
     python_argv,
+    transport_child,
 )
 from leasequeue.testing import ManualClock
 
@@ -421,70 +423,32 @@ def test_finalisers_run_by_the_garbage_collector_during_operations(impl: Any) ->
     In a subprocess: a thread stuck inside a finaliser leaves the collector marked
     as running, which would disable ``gc.collect()`` for the rest of the test run.
     """
-    code = textwrap.dedent(
-        f"""
-        import gc, os, sys, threading
-        sys.path.insert(0, {package_root(impl)!r})
-        import {impl.__name__} as impl
-
-        now = [1000.0]
-        t = impl.InMemoryTransport(clock=lambda: now[0])
-        finalised = []
-
-        class Garbage:
-            def __init__(self):
-                self.me = self
-            def __del__(self):
-                finalised.append(t.publish("from-gc", None))
-
+    code = transport_child(impl, """
         publish, claim, ack, nack, stats = t.publish, t.claim, t.ack, t.nack, t.stats
 
-        def scenario():
-            for threshold in range(1, 12):
-                for extra in range(12):
-                    for op in range(4):
-                        gc.collect(); gc.disable()
-                        Garbage()
-                        junk = [[] for _ in range(extra)]
-                        gc.set_threshold(threshold); gc.enable()
-                        if op == 0:
-                            publish("new-%d-%d" % (threshold, extra), 1)
-                        elif op == 1:
-                            lease = claim("w", 10.0)
-                            if lease is not None:
-                                ack(lease)
-                        elif op == 2:
-                            lease = claim("w", 10.0)
-                            if lease is not None:
-                                nack(lease, 5.0)
-                        else:
-                            stats()
-                        del junk
+        def claim_ack(i):
+            lease = claim("w", 10.0)
+            if lease is not None:
+                ack(lease)
 
-        thread = threading.Thread(target=scenario, daemon=True)
-        thread.start()
-        thread.join(20)  # it takes well under a second when nothing deadlocks
-        if thread.is_alive():
-            print("DEADLOCK after", len(finalised), "finalisers", flush=True)
-            os._exit(3)
-        gc.set_threshold(700, 10, 10)
-        gc.collect()
+        def claim_nack(i):
+            lease = claim("w", 10.0)
+            if lease is not None:
+                nack(lease, 5.0)
+
+        ops = [lambda i: publish("new-%d" % i, 1), claim_ack, claim_nack, lambda i: stats()]
+        # thresholds up to 12: collect_during may hold one allocation more pending
+        # than the loop written here before; it takes well under a second when
+        # nothing deadlocks
+        finalised = publishing_finalisers_during(t, ops, range(1, 13), range(12), 20)
         now[0] = 10.0**9  # every park has run out
         # consistent: len agrees with what can be claimed, each message once
         n = len(t)
         assert t.stats().messages == n
-        seen = set()
-        while True:
-            lease = t.claim("d", 10.0, -2**63)
-            if lease is None:
-                break
-            assert lease.seq not in seen
-            seen.add(lease.seq)
-            t.ack(lease)
-        assert len(seen) == n and len(t) == 0, (len(seen), n)
-        print("ok", len(finalised))
-        """
-    )
+        drained = claimed_once(t)
+        assert drained == n and len(t) == 0, (drained, n)
+        print("ok", finalised)
+        """)
     out = subprocess.run(python_argv(code), capture_output=True, text=True, timeout=300, check=False)
     assert "DEADLOCK" not in out.stdout, (
         "a finaliser run by the garbage collector inside an operation deadlocked on the transport's lock: "
@@ -543,12 +507,8 @@ def test_finaliser_in_the_middle_of_an_operation_may_only_publish(impl: Any) -> 
             for extra in range(9):
                 collect_during(lambda: cycle(extra), finaliser, threshold, extra)
 
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         run_with_deadline(scenario, 60.0)  # each round collects in full: seconds on a busy machine
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     gc.collect()
     assert set(outcomes) == set(calls), "no finaliser ran: the test tests nothing"
     for name, seen in outcomes.items():

@@ -31,10 +31,12 @@ from helpers import (
     CPYTHON_ONLY_REASON,
     IS_CPYTHON,
     collect_during,
+    collector_restored,
     finaliser_outcome,
     fingerprint,
     lease_key,
     package_root,
+    transport_child,
 )
 from leasequeue.testing import ManualClock
 
@@ -233,22 +235,7 @@ def test_finalisers_run_by_the_garbage_collector_during_new_operations(impl: Any
     """As test_faults.py's test for Part 1: cyclic garbage whose ``__del__``
     publishes, collected at whatever allocation crosses the collector's
     threshold -- here inside each control-plane and batch operation."""
-    code = textwrap.dedent(
-        f"""
-        import gc, os, sys, threading
-        sys.path.insert(0, {package_root(impl)!r})
-        import {impl.__name__} as impl
-
-        now = [1000.0]
-        t = impl.InMemoryTransport(clock=lambda: now[0])
-        finalised = []
-
-        class Garbage:
-            def __init__(self):
-                self.me = self
-            def __del__(self):
-                finalised.append(t.publish("from-gc", None))
-
+    code = transport_child(impl, """
         ops = [
             lambda i: t.pause("g%d" % (i % 7)),
             lambda i: t.resume("g%d" % (i % 5)),
@@ -261,40 +248,21 @@ def test_finalisers_run_by_the_garbage_collector_during_new_operations(impl: Any
             lambda i: t.claim_many("w", 10.0, 2),
         ]
 
-        def scenario():
-            for threshold in range(1, 10):
-                for extra in range(8):
-                    for i, op in enumerate(ops):
-                        gc.collect(); gc.disable()
-                        Garbage()
-                        junk = [[] for _ in range(extra)]
-                        gc.set_threshold(threshold); gc.enable()
-                        op(threshold * 100 + extra * 10 + i)
-                        del junk
-                    now[0] += 3.0
+        def tick():
+            now[0] += 3.0
 
-        thread = threading.Thread(target=scenario, daemon=True)
-        thread.start()
-        thread.join(60)
-        if thread.is_alive():
-            print("DEADLOCK after", len(finalised), "finalisers", flush=True)
-            os._exit(3)
-        gc.set_threshold(700, 10, 10)
-        gc.collect()
+        # thresholds up to 10: collect_during may hold one allocation more
+        # pending than the loop written here before
+        finalised = publishing_finalisers_during(t, ops, range(1, 11), range(8), 60, after_each=tick)
         now[0] += 10.0**9
         for info in t.groups():
             t.resume(info.group_id)
         n = len(t)
         assert t.stats().messages == n == sum(g.messages for g in t.groups())
-        seen = set()
-        while (lease := t.claim("d", 10.0, -2**63)) is not None:
-            assert lease.seq not in seen
-            seen.add(lease.seq)
-            t.ack(lease)
-        assert len(seen) == n and len(t) == 0 and t.groups() == [], (len(seen), n)
-        print("ok", len(finalised))
-        """
-    )
+        drained = claimed_once(t)
+        assert drained == n and len(t) == 0 and t.groups() == [], (drained, n)
+        print("ok", finalised)
+        """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert "DEADLOCK" not in out.stdout, out.stdout
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout}\n{out.stderr[-3000:]}"
@@ -384,8 +352,7 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
         "ack_many": prepare_ack_many,
     }
 
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         i = 0
         for name, prepare in ops.items():
             for threshold in range(1, 9):
@@ -395,9 +362,6 @@ def test_finaliser_in_the_middle_of_a_new_operation_may_only_publish(impl: Any) 
                     running[0] = name
                     collect_during(call, finaliser, threshold, extra)
                     running[0] = ""
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     gc.collect()
     outcomes = set().union(*seen.values())
     assert outcomes <= {"ran", "refused"}, seen
@@ -856,8 +820,7 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
 
     pure = impl.__name__.endswith("_py")
     landed = 0
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         for threshold in range(8, 33):
             for extra in range(3):
                 t = impl.InMemoryTransport(clock=ManualClock())
@@ -895,9 +858,6 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
                 else:
                     assert states[1] == IDLE and t.stats().leased == 1 and states[0] == HANDED
                     assert t._wait_end(records[0], True).group_id == "g"
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     if pure:
         assert landed, "no collection landed while the claims were served: the test tests nothing"
 
@@ -951,8 +911,7 @@ def _land_finaliser_in(impl: Any, setup: Any) -> set:
 
     got: set = set()
     expected, held = _after(setup, impl)
-    old = gc.get_threshold()
-    try:
+    with collector_restored():
         for threshold in range(1, 9):
             for extra in range(5):
                 t, call = setup(impl)
@@ -967,9 +926,6 @@ def _land_finaliser_in(impl: Any, setup: Any) -> set:
                 gc.collect()  # a finaliser not run yet runs now, outside
                 assert [g.group_id for g in t.groups()] == expected, "the operation was not done whole"
                 assert t.stats().messages == len(t) == sum(g.messages for g in t.groups()) == held
-    finally:
-        gc.set_threshold(*old)
-        gc.enable()
     return got
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from helpers import Event, fresh
 from leasequeue.testing import ManualClock
 
 from leasequeue import LeaseLost
@@ -28,19 +29,6 @@ from leasequeue import LeaseLost
 # CPython's allocation tracer; PyPy has no _tracemalloc.
 tracemalloc = pytest.importorskip("tracemalloc", reason="tracemalloc is not available on this interpreter")
 
-
-class Event:
-    """A weak-referenceable event with no reference cycles."""
-
-    __slots__ = ("n", "__weakref__")
-
-    def __init__(self, n: int = 0) -> None:
-        self.n = n
-
-
-def fresh(text: str) -> str:
-    """A str object nobody else holds (not interned, not a constant)."""
-    return "".join([text, "-", str(id(object()))])
 
 
 # -- weakref: the transport lets go of the event ------------------------------

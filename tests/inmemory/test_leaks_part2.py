@@ -16,22 +16,11 @@ from typing import Any, List
 
 import pytest
 
-from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON
+from helpers import CPYTHON_ONLY_REASON, IS_CPYTHON, Event, fresh
 from leasequeue.testing import ManualClock
 
 pytestmark = pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
 
-
-class Event:
-    __slots__ = ("n", "__weakref__")
-
-    def __init__(self, n: int = 0) -> None:
-        self.n = n
-
-
-def fresh(text: str) -> str:
-    """A str object nobody else holds (not interned, not a constant)."""
-    return "".join([text, "-", str(id(object()))])
 
 
 def refcounts(objs: List[Any]) -> List[int]:

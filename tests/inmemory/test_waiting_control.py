@@ -93,6 +93,12 @@ class Record:
         assert self.t._wait_end(self.rec, False) is None
 
 
+def park(t: Any, group: str = "g") -> None:
+    """``group`` with one message, parked for an hour (claimed, nacked with a delay)."""
+    t.publish(group, "e")
+    t.nack(t.claim("x", 10.0), delay=3600.0)
+
+
 def views(t: Any) -> List[Any]:
     return [tuple(info) for info in t.groups()]
 
@@ -275,8 +281,7 @@ def test_set_priority_of_a_leased_group_hands_nothing_over(transport: Any) -> No
 
 
 def test_resume_of_a_park_hands_it_to_the_longest_waiter_only(transport: Any) -> None:
-    transport.publish("g", "e")
-    transport.nack(transport.claim("x", 10.0), delay=3600.0)
+    park(transport)
     first, second = Waiter(transport, "first").queue(), Waiter(transport, "second").queue()
     handed = transport._wake_counts()[0]
     assert transport.resume("g") is True
@@ -289,8 +294,7 @@ def test_resume_of_a_park_hands_it_to_the_longest_waiter_only(transport: Any) ->
 
 
 def test_resume_of_a_paused_park_hands_over_once_both_are_lifted(transport: Any) -> None:
-    transport.publish("g", "e")
-    transport.nack(transport.claim("x", 10.0), delay=3600.0)
+    park(transport)
     transport.pause("g")
     w = Waiter(transport, "w").queue()
     assert transport.resume("g") is True  # lifts the pause and ends the park at once
@@ -459,8 +463,7 @@ def test_which_calls_read_the_clock_while_a_claim_waits(transport: Any, clock: M
 def test_after_close_the_control_plane_and_batches_work_and_hand_nothing_over(
     transport: Any, clock: ManualClock
 ) -> None:
-    transport.publish("g", "e")
-    transport.nack(transport.claim("x", 10.0), delay=3600.0)
+    park(transport)
     w = Waiter(transport, "w").queue()
     transport.close()
     assert w.got() is None

@@ -15,7 +15,12 @@ import subprocess
 import sys
 from types import ModuleType
 
+import pytest
+
 from helpers import package_root
+
+#: A CPU bound: never beside another serial test (tests/conftest.py).
+pytestmark = pytest.mark.serial(reason="measures the CPU time of idle waiting against a bound")
 
 SCRIPT = r"""
 import asyncio, importlib, sys, threading, time

@@ -19,6 +19,9 @@ import pytest
 
 from helpers import package_root
 
+#: Signals and a promptness bound: never beside another serial test (tests/conftest.py).
+pytestmark = pytest.mark.serial(reason="SIGINT and interrupt_main, and how promptly the claim ends")
+
 SCRIPT = r"""
 import _thread, importlib, os, signal, sys, threading, time
 # A test run started in the background (`cmd &` in a script) passes SIGINT

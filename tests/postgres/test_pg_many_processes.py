@@ -28,6 +28,8 @@ import time
 from collections import defaultdict
 from typing import Any, Dict, List, Tuple
 
+import pytest
+
 from leasequeue import LeaseQueueError, PostgresTransport
 
 SECONDS = float(os.environ.get("LEASEQUEUE_PG_SOAK_SECONDS", "30"))
@@ -38,6 +40,7 @@ VISIBILITY = 1.5
 WORKER = os.path.join(os.path.dirname(__file__), "pg_worker.py")
 
 
+@pytest.mark.serial(reason="a soak: worker processes on every core for a fixed time, a server crash half way")
 def test_many_processes_killed_and_a_server_crash(own_server: Any, queue_name: str, tmp_path: Any) -> None:
     conninfo = own_server.conninfo  # TCP loopback
     assert "host=127.0.0.1" in conninfo

@@ -108,6 +108,7 @@ def read_log(path: str) -> list[list[Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial(reason="a soak: worker processes on every core for a fixed time")
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_sigkill_at_random_moments_loses_nothing(tmp_path: Any) -> None:
     path = str(tmp_path / "q.db")

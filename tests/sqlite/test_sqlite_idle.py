@@ -167,6 +167,7 @@ def _assert_kernel(agent: Agent) -> None:
 
 
 @needs_kernel
+@pytest.mark.serial(reason="measures idle processes' CPU time against a bound")
 def test_32_idle_claims_in_one_process_use_no_cpu(tmp_path: Any, agents: List[Agent]) -> None:
     path = str(tmp_path / "q.db")
     SQLiteTransport(path).close()
@@ -180,6 +181,7 @@ def test_32_idle_claims_in_one_process_use_no_cpu(tmp_path: Any, agents: List[Ag
 
 
 @needs_kernel
+@pytest.mark.serial(reason="measures idle processes' CPU time against a bound")
 def test_4_processes_with_8_idle_claims_each_use_no_cpu(tmp_path: Any, agents: List[Agent]) -> None:
     path = str(tmp_path / "q.db")
     SQLiteTransport(path).close()
@@ -498,6 +500,7 @@ def test_without_the_kernel_watch_the_poll_takes_over_with_one_warning(tmp_path:
 
 
 @needs_kernel
+@pytest.mark.serial(reason="measures the survivor's idle CPU time against a bound")
 def test_a_process_killed_while_waiting_leaves_nothing_behind(tmp_path: Any, agents: List[Agent]) -> None:
     path = str(tmp_path / "q.db")
     SQLiteTransport(path).close()

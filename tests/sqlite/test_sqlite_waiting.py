@@ -87,6 +87,7 @@ def start_waiting(t: SQLiteTransport, n: int = 1, **kw: Any) -> list[Waiting]:
 # -- the watcher ----------------------------------------------------------------------------
 
 
+@pytest.mark.serial(reason="a real-clock wait bounded on both sides")
 @pytest.mark.parametrize("how", ["lease", "park"])
 def test_wakes_by_itself_when_a_lock_expires(tmp_path: Any, how: str) -> None:
     with SQLiteTransport(tmp_path / "q.db") as t:  # the real clock
@@ -103,6 +104,7 @@ def test_wakes_by_itself_when_a_lock_expires(tmp_path: Any, how: str) -> None:
 # -- interrupts and cancellation ----------------------------------------------------------
 
 
+@pytest.mark.serial(reason="interrupt_main in the test process, and how promptly the claim ends")
 def test_interrupt_ends_a_blocking_claim(t: SQLiteTransport) -> None:
     import _thread
     import signal

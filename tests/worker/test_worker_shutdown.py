@@ -186,6 +186,7 @@ def test_stop_from_a_hook_in_a_handler_thread(inmemory: Any, start: Any) -> None
 
 
 @pytest.mark.parametrize("runner", ["threads", "asyncio"])
+@pytest.mark.serial(reason="measures the CPU time of an idle worker against a bound")
 def test_an_idle_worker_uses_no_cpu(inmemory: Any, start: Any, runner: str) -> None:
     t = inmemory.make()
 

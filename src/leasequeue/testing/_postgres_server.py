@@ -110,19 +110,27 @@ class ThrowawayServer:
                            "--no-sync", "-E", "UTF8", "--locale=C"])
             except subprocess.CalledProcessError as exc:
                 raise RuntimeError(f"initdb failed: {exc.stderr.strip()}") from None
-        self.port = _free_port()
-        options = (
-            f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
-            "-c max_connections=200 -c shared_buffers=128MB"
-        )
-        if not self.fsync:
-            options += " -c fsync=off"
-        for name, value in self.settings.items():
-            options += f" -c {name}={value}"
-        try:
-            self._run([self.pg_ctl, "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o", options, "start"])
-        except subprocess.CalledProcessError as exc:
-            raise RuntimeError(f"pg_ctl start failed: {exc.stderr.strip()}\n{self._tail()}") from None
+        # A free port can be taken between _free_port() and the server's bind
+        # (several test processes start servers at once under pytest-xdist):
+        # then the start fails with "could not bind" and is tried on another.
+        for attempt in range(5):
+            self.port = _free_port()
+            options = (
+                f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
+                "-c max_connections=200 -c shared_buffers=128MB"
+            )
+            if not self.fsync:
+                options += " -c fsync=off"
+            for name, value in self.settings.items():
+                options += f" -c {name}={value}"
+            logged = os.path.getsize(self.log) if os.path.exists(self.log) else 0
+            try:
+                self._run([self.pg_ctl, "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o", options, "start"])
+            except subprocess.CalledProcessError as exc:
+                if attempt < 4 and "could not bind" in self._tail(since=logged):
+                    continue
+                raise RuntimeError(f"pg_ctl start failed: {exc.stderr.strip()}\n{self._tail()}") from None
+            break
         self.started = True
         return self.conninfo
 
@@ -137,9 +145,11 @@ class ThrowawayServer:
             self.started = False
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def _tail(self) -> str:
+    def _tail(self, since: int = 0) -> str:
+        """The end of the server's log (of what it wrote after byte ``since``)."""
         try:
-            with open(self.log) as f:
+            with open(self.log, errors="replace") as f:
+                f.seek(since)
                 return f.read()[-2000:]
         except OSError:
             return ""
