@@ -920,13 +920,7 @@ class InMemoryTransport:
                 raise _reentered("stats")
             self._busy = True
             try:
-                if now < self._time:
-                    now = self._time
-                else:
-                    self._time = now
-                expiry = self._expiry
-                if expiry and expiry[0][0] < now:
-                    self._expire(now)
+                now = self._advance(now)
                 counts = (self._messages, len(self._groups) - self._idle, self._leased, self._parked, self._paused,
                           self._buried)
             finally:
@@ -1087,13 +1081,7 @@ class InMemoryTransport:
                 raise _reentered("group")
             self._busy = True
             try:
-                if now < self._time:
-                    now = self._time
-                else:
-                    self._time = now
-                expiry = self._expiry
-                if expiry and expiry[0][0] < now:
-                    self._expire(now)
+                now = self._advance(now)
                 group = self._groups.get(group_id)
                 view = None if group is None else _view(group)
             finally:
@@ -1114,13 +1102,7 @@ class InMemoryTransport:
                 raise _reentered("groups")
             self._busy = True
             try:
-                if now < self._time:
-                    now = self._time
-                else:
-                    self._time = now
-                expiry = self._expiry
-                if expiry and expiry[0][0] < now:
-                    self._expire(now)
+                now = self._advance(now)
                 views = [_view(group) for group in self._groups.values()]
             finally:
                 self._settle()
@@ -1189,13 +1171,7 @@ class InMemoryTransport:
                 raise _reentered("skip")
             self._busy = True
             try:
-                if now < self._time:
-                    now = self._time
-                else:
-                    self._time = now
-                expiry = self._expiry
-                if expiry and expiry[0][0] < now:
-                    self._expire(now)
+                now = self._advance(now)
                 group = self._groups.get(group_id)
                 # after expiry a lock still set is live: a lease holds the head
                 if group is not None and group.head < len(group.messages) and group.lock != _LEASED:
@@ -1293,13 +1269,7 @@ class InMemoryTransport:
                 raise _reentered("claim_many")
             self._busy = True
             try:
-                if now < self._time:
-                    now = self._time
-                else:
-                    self._time = now
-                expiry = self._expiry
-                if expiry and expiry[0][0] < now:
-                    self._expire(now)
+                now = self._advance(now)
                 expires_at = now + visibility
                 while len(taken) < max_count:
                     try:
@@ -1895,6 +1865,20 @@ class InMemoryTransport:
                 self._maybe_rebuild_expiry(self._live_expiry)
             except MemoryError:  # best effort: the stale entries stay
                 pass
+
+    def _advance(self, now: float) -> float:
+        """Under the lock: the transport's time for an operation whose clock
+        read ``now`` (never earlier than one an earlier operation used), with
+        every lease and park that ended before it expired.  ``claim`` has
+        the same inline, on the hot path."""
+        if now < self._time:
+            now = self._time
+        else:
+            self._time = now
+        expiry = self._expiry
+        if expiry and expiry[0][0] < now:
+            self._expire(now)
+        return now
 
     def _expire(self, now: float) -> None:
         """Free every lock with ``expires_at < now``; their groups become ready."""
