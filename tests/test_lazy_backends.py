@@ -15,16 +15,21 @@ import sys
 from pathlib import Path
 
 import leasequeue
-from helpers import package_root
+from helpers import _CHILD_COVERAGE, package_root
+
+
+def helpers_prelude() -> str:
+    """Start coverage in the child when the run measures it (as helpers.python_argv's children do)."""
+    return _CHILD_COVERAGE
 
 HEAVY = ("sqlite3", "_sqlite3", "psycopg", "leasequeue._backends.sqlite", "leasequeue._backends.sqlite.transport",
          "leasequeue._backends.postgres", "leasequeue._backends.postgres.transport", "leasequeue.testing",
          "leasequeue.bench", "asyncio")
 
 
-def run(code: str, *, extra_path: str = "") -> "subprocess.CompletedProcess[str]":
-    # Not measured by coverage: coverage keeps its data in SQLite, and would import sqlite3.
-    env = {k: v for k, v in os.environ.items() if k != "COVERAGE_PROCESS_START"}
+def run(code: str, *, extra_path: str = "", measured: bool = False) -> "subprocess.CompletedProcess[str]":
+    # Not measured by coverage unless asked: coverage keeps its data in SQLite, and would import sqlite3.
+    env = {k: v for k, v in os.environ.items() if measured or k != "COVERAGE_PROCESS_START"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, package_root(leasequeue)) if p)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
@@ -68,7 +73,7 @@ def test_a_missing_psycopg_names_the_extra(tmp_path: Path) -> None:
             "try:\n    leasequeue.PostgresTransport\n"
             "except ImportError as exc:\n    print(type(exc).__name__, exc)\n"
             "else:\n    print('imported')")
-    out = run(code, extra_path=str(tmp_path))
+    out = run(helpers_prelude() + code, extra_path=str(tmp_path), measured=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ModuleNotFoundError "), out.stdout
     assert "pip install 'leasequeue[postgres]'" in out.stdout and "psycopg" in out.stdout, out.stdout

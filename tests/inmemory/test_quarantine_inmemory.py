@@ -145,3 +145,26 @@ def test_peek_counts_at_the_int64_ends(make_transport: Callable[..., Any], count
     for i in range(3):
         t.publish("g", i)
     assert [m.seq for m in t.peek("g", count)] == [1, 2, 3][:count]
+
+
+def test_bury_skip_and_peek_refuse_user_code_nested_in_an_operation() -> None:
+    """White box, pure twin: user code that runs inside an operation (a
+    finaliser the garbage collector runs there) may only publish; bury, skip
+    and peek raise RuntimeError and change nothing, as every other call does
+    (the profiler-hook test gets there for real; a tracer cannot see it)."""
+    from leasequeue._backends.inmemory.transport_py import InMemoryTransport
+
+    t = InMemoryTransport(clock=ManualClock())
+    t.publish("g", "e")
+    lease = t.claim("w", 30.0)
+    before = (t.stats(), t.groups())
+    t._busy = True  # as inside an operation
+    try:
+        for name, call in (("bury", lambda: t.bury(lease, "r")), ("skip", lambda: t.skip("g")),
+                           ("peek", lambda: t.peek("g"))):
+            with pytest.raises(RuntimeError, match=name):
+                call()
+    finally:
+        t._busy = False
+    assert (t.stats(), t.groups()) == before
+    t.ack(lease)

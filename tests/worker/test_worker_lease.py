@@ -94,6 +94,7 @@ def test_a_purge_while_running_marks_the_job_lost(backend: Any, start: Any, runn
     kind, lost, at = result[0]
     assert kind in ("cancelled", "saw lost") and lost is True
     assert at - purged_at < VIS / 3 + 1.0, "the lost lease was noticed late"
+    wait_until(lambda: lost_hook, timeout=10)  # the hook runs once the handler has ended
     assert len(lost_hook) == 1 and isinstance(lost_hook[0][1], LeaseLost)
     # The worker goes on.
     t.publish("after", "next one")

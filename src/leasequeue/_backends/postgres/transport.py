@@ -584,18 +584,20 @@ class PostgresTransport:
             step = steps.first()
             while step is not None:
                 kind, sleep = step
+                if kind is _SLEEP:
+                    if sleep > 0.0:
+                        event.wait(None if sleep == _INF else sleep)
+                    step = steps.next()
+                    continue
                 try:
                     if kind is _LOOK:
-                        step = steps.looked(self._claim_report(worker_id, visibility, min_priority))
-                        continue
-                    if kind is _SIGN_UP:
+                        rows = self._claim_report(worker_id, visibility, min_priority)
+                    else:
                         self._sign_up()
-                    elif sleep > 0.0:
-                        event.wait(None if sleep == _INF else sleep)
-                except LeaseQueueError as exc:
+                except LeaseQueueError as exc:  # not an EventDecodeError: that is looked's, for the caller
                     step = steps.failed(exc)
                     continue
-                step = steps.next()
+                step = steps.looked(rows) if kind is _LOOK else steps.next()
             return steps.lease
         finally:
             steps.leave()
@@ -682,25 +684,25 @@ class PostgresTransport:
             step = steps.first()
             while step is not None:
                 kind, sleep = step
+                if kind is _SLEEP:
+                    future = waiter.future
+                    assert future is not None
+                    if sleep > 0.0 and not waiter.woken and not waiter.rearm:
+                        try:
+                            await asyncio.wait_for(asyncio.shield(future), None if sleep == _INF else sleep)
+                        except asyncio.TimeoutError:
+                            pass
+                    step = steps.next()
+                    continue
                 try:
                     if kind is _LOOK:
                         rows = await self._aclaim_shielded(loop, worker_id, visibility, min_priority)
-                        step = steps.looked(rows)
-                        continue
-                    if kind is _SIGN_UP:
-                        await loop.run_in_executor(None, self._sign_up)
                     else:
-                        future = waiter.future
-                        assert future is not None
-                        if sleep > 0.0 and not waiter.woken and not waiter.rearm:
-                            try:
-                                await asyncio.wait_for(asyncio.shield(future), None if sleep == _INF else sleep)
-                            except asyncio.TimeoutError:
-                                pass
-                except LeaseQueueError as exc:
+                        await loop.run_in_executor(None, self._sign_up)
+                except LeaseQueueError as exc:  # not an EventDecodeError: that is looked's, for the caller
                     step = steps.failed(exc)
                     continue
-                step = steps.next()
+                step = steps.looked(rows) if kind is _LOOK else steps.next()
             return steps.lease
         finally:
             steps.leave()
