@@ -53,6 +53,9 @@ _INDEX = {o: i for i, o in enumerate(OUTCOMES)}
 #: A bury reason is kept with the group: bounded.
 _MAX_REASON = 500
 
+#: What a runner's waiting claim returns to leave its claim loop.
+_STOP = object()
+
 # The actions a finished run of a handler leads to.
 _ACK, _RETRY, _DEFER, _BURY, _SKIP, _HANDBACK = range(6)
 
@@ -858,26 +861,10 @@ class Worker:
                     if state.idle == 0 and not self._stopping:
                         await wakeup.wait()
                     continue
-                task = loop.create_task(t.aclaim(wid, vis, floor, timeout=rewait))
-                claim_task[0] = task
-                try:
-                    lease = await task
-                except asyncio.CancelledError:
-                    if self._stopping:
-                        break
-                    raise
-                except Exception as exc:
-                    if getattr(t, "closed", False):
-                        break
-                    self.logger.error("claim failed (%s); trying again in 1s", _error_name(exc))
-                    await asyncio.sleep(1.0)
-                    continue
-                finally:
-                    claim_task[0] = None
+                lease = await self._await_claim(loop, claim_task, rewait)
+                if lease is _STOP:
+                    break
                 if lease is None:
-                    if getattr(t, "closed", False):
-                        self.logger.info("the transport was closed: stopping")
-                        self.stop()
                     continue
                 if self._stopping:
                     self._handback(lease)
@@ -934,6 +921,36 @@ class Worker:
                          ", ".join(f"{k} {v}" for k, v in self.counts.items()))
 
     # ------------------------------------------------------------ asyncio
+
+    async def _await_claim(self, loop: asyncio.AbstractEventLoop, claim_task: List[Optional["asyncio.Task[Any]"]],
+                           rewait: float) -> Any:
+        """One waiting claim of a runner's claim loop (both runners): the
+        lease; ``None`` to claim again (nothing came, a failed claim after a
+        pause of 1 s, or the transport closed: then the worker stops); or
+        ``_STOP`` to leave the loop (cancelled by ``stop()``, or a failure
+        once the transport is closed).  ``claim_task[0]`` is the claim while
+        it waits, so that ``stop()`` can cancel it."""
+        t = self.transport
+        task = loop.create_task(t.aclaim(self.worker_id, self.visibility, self.min_priority, timeout=rewait))
+        claim_task[0] = task
+        try:
+            lease = await task
+        except asyncio.CancelledError:
+            if self._stopping:
+                return _STOP
+            raise
+        except Exception as exc:
+            if getattr(t, "closed", False):
+                return _STOP
+            self.logger.error("claim failed (%s); trying again in 1s", _error_name(exc))
+            await asyncio.sleep(1.0)
+            return None
+        finally:
+            claim_task[0] = None
+        if lease is None and getattr(t, "closed", False):
+            self.logger.info("the transport was closed: stopping")
+            self.stop()
+        return lease
 
     async def _acall(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._inline:
@@ -1068,26 +1085,10 @@ class Worker:
                     if len(tasks) >= n and not self._stopping:
                         await wakeup.wait()
                     continue
-                task = loop.create_task(t.aclaim(wid, vis, floor, timeout=rewait))
-                claim_task[0] = task
-                try:
-                    lease = await task
-                except asyncio.CancelledError:
-                    if self._stopping:
-                        break
-                    raise
-                except Exception as exc:
-                    if getattr(t, "closed", False):
-                        break
-                    self.logger.error("claim failed (%s); trying again in 1s", _error_name(exc))
-                    await asyncio.sleep(1.0)
-                    continue
-                finally:
-                    claim_task[0] = None
+                lease = await self._await_claim(loop, claim_task, rewait)
+                if lease is _STOP:
+                    break
                 if lease is None:
-                    if getattr(t, "closed", False):
-                        self.logger.info("the transport was closed: stopping")
-                        self.stop()
                     continue
                 leases = [lease]
                 extra = min(n - len(tasks) - 1, self.batch - 1)

@@ -402,6 +402,8 @@ class _Group:
         "buried_by",  # the buried delivery's worker (read only while ``reason`` is set)
     )
 
+    buried_by: Optional[str]  # set by bury only (not by __init__: publish creates groups on the hot path)
+
     def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
         self.group_id = group_id
         self.messages: List[Optional[Tuple[int, Any]]] = [(seq, event)]
