@@ -1,13 +1,16 @@
-"""SPEC Part 4, "Upgrades keep data", on PostgreSQL: a schema written by the
-previous release (leasequeue 0.3, schema version 1) is upgraded in place by
-``install()``, in one transaction, with every message, lease, park, pause
-and counter kept; a schema of a newer release is refused and left untouched.
+"""SPEC Part 4, "Upgrades keep data", on PostgreSQL: a schema written by a
+previous release (leasequeue 0.3, schema version 1; leasequeue 0.4, schema
+version 2) is upgraded in place by ``install()``, in one transaction, with
+every message, lease, park, pause, bury and counter kept; a schema of a
+newer release is refused and left untouched.
 
-The store is ``tests/fixtures/postgres-schema1.sql``, a ``pg_dump`` (plain
+Each store is ``tests/fixtures/postgres-schemaN.sql``, a ``pg_dump`` (plain
 SQL) of a database the old code itself filled
-(``tests/fixtures/make_upgrade_fixtures.py``, run against commit d13ce49),
-restored into a fresh database of the suite's server; ``postgres-schema1.json``
-holds what the old code reported on it and the claims it gave next.
+(``tests/fixtures/make_upgrade_fixtures.py``, run against commit d13ce49 for
+0.3 and 9e92f20 for 0.4), restored into a fresh database of the suite's
+server; ``postgres-schemaN.json`` holds what the old code reported on it and
+the claims it gave next.  Every test that starts from an old store runs on
+each of them.
 """
 
 from __future__ import annotations
@@ -26,14 +29,21 @@ from leasequeue._backends.postgres import transport as _postgres
 from leasequeue._backends.sqlfiles import load_migrations
 from leasequeue.testing import ManualClock
 
-from fixtures.make_upgrade_fixtures import STOP, continue_after, report, restore_dump
+from fixtures.make_upgrade_fixtures import INT64_MIN, STOP, continue_after, report, restore_dump
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
-with open(os.path.join(FIXTURES, "postgres-schema1.sql")) as _f:
-    DUMP = _f.read()
-with open(os.path.join(FIXTURES, "postgres-schema1.json")) as _f:
-    RECORD: Dict[str, Any] = json.load(_f)
-QUEUE = RECORD["queue"]
+#: The old releases' schema versions with a fixture: 0.3 (1) and 0.4 (2).
+OLD_VERSIONS = (1, 2)
+DUMPS: Dict[int, str] = {}
+RECORDS: Dict[int, Dict[str, Any]] = {}
+for _version in OLD_VERSIONS:
+    with open(os.path.join(FIXTURES, f"postgres-schema{_version}.sql")) as _f:
+        DUMPS[_version] = _f.read()
+    with open(os.path.join(FIXTURES, f"postgres-schema{_version}.json")) as _f:
+        RECORDS[_version] = json.load(_f)
+QUEUE = "fixture"
+assert all(record["queue"] == QUEUE for record in RECORDS.values())
+NEW = str(_postgres.SCHEMA_VERSION)
 
 
 @pytest.fixture
@@ -54,11 +64,23 @@ def new_database(conninfo: str) -> Iterator[Any]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(params=OLD_VERSIONS, ids=[f"schema{v}" for v in OLD_VERSIONS])
+def old_version(request: Any) -> int:
+    """The schema version of the old release under test."""
+    return int(request.param)
+
+
 @pytest.fixture
-def old_database(new_database: Any) -> str:
+def record(old_version: int) -> Dict[str, Any]:
+    """What the old release reported on its store."""
+    return RECORDS[old_version]
+
+
+@pytest.fixture
+def old_database(new_database: Any, old_version: int) -> str:
     """A fresh database holding the old release's dump, not yet upgraded."""
     target = new_database()
-    restore_dump(target, DUMP)
+    restore_dump(target, DUMPS[old_version])
     return target
 
 
@@ -89,40 +111,44 @@ def fingerprint(conninfo: str, *, with_data: bool = True) -> Dict[str, Any]:
         return out
 
 
-def test_the_dump_is_of_the_previous_schema(old_database: str) -> None:
+def test_the_dump_is_of_the_previous_schema(old_database: str, old_version: int, record: Dict[str, Any]) -> None:
     """The restored dump is the old release's schema; the new code will not
     use it before install() upgraded it (a clear error, nothing changed)."""
-    assert version_of(old_database) == "1"
-    assert _postgres.SCHEMA_VERSION == 2
+    assert version_of(old_database) == str(old_version)
+    assert record["made_by"].endswith(f"PostgreSQL schema version {old_version}")
+    assert _postgres.SCHEMA_VERSION == 3
     before = fingerprint(old_database)
-    with pytest.raises(LeaseQueueError, match="version 1, older than this leasequeue's .*run leasequeue"):
+    with pytest.raises(LeaseQueueError, match=f"version {old_version}, older than this leasequeue's .*run leasequeue"):
         PostgresTransport(old_database, queue=QUEUE)
     assert fingerprint(old_database) == before
 
 
-def test_install_upgrades_a_dump_of_the_previous_release(old_database: str) -> None:
+def test_install_upgrades_a_dump_of_the_previous_release(old_database: str, record: Dict[str, Any]) -> None:
     """After install(): stats() and groups() say what the old code said; the
     old live lease, rebuilt from its fields, is acked; the next seq follows
     the old last one (the queue's sequence found again after the restore);
     the claims then come in the order the old code gave, with the old
     attempt counts."""
     PostgresTransport.install(old_database)
-    assert version_of(old_database) == "2"
+    assert version_of(old_database) == NEW
     clock = ManualClock(STOP)
+    buried = [g[0] for g in record["at_stop"]["groups"] if g[3] == "buried"]
     with PostgresTransport(old_database, queue=QUEUE, clock=clock) as t:
-        assert report(t) == RECORD["at_stop"]
+        assert report(t) == record["at_stop"]
         stats = t.stats()
-        assert stats.buried == 0 and tuple(stats[:5]) == tuple(RECORD["at_stop"]["stats"])
-        assert all(info.reason is None for info in t.groups())
-        assert continue_after(t, clock, leasequeue.Lease, RECORD["live_lease"]) == RECORD["continued"]
+        assert stats.buried == len(buried) and tuple(stats[:5]) == tuple(record["at_stop"]["stats"])
+        assert {info.group_id: info.reason for info in t.groups() if info.reason is not None} == {
+            group_id: "poison pill" for group_id in buried}
+        assert continue_after(t, clock, leasequeue.Lease, record["live_lease"]) == record["continued"]
 
 
-def test_the_new_operations_work_on_an_upgraded_schema(old_database: str) -> None:
+def test_the_new_operations_work_on_an_upgraded_schema(old_database: str, record: Dict[str, Any]) -> None:
     """peek shows the old messages and their delivery counts; the old lease
     can be buried; skip and resume act on the old groups; a second install()
     changes nothing."""
     PostgresTransport.install(old_database)
-    live = RECORD["live_lease"]
+    live = record["live_lease"]
+    buried_before = sum(1 for g in record["at_stop"]["groups"] if g[3] == "buried")
     clock = ManualClock(STOP)
     with PostgresTransport(old_database, queue=QUEUE, clock=clock) as t:
         assert [tuple(m) for m in t.peek("order-1", 5)] == [
@@ -133,7 +159,7 @@ def test_the_new_operations_work_on_an_upgraded_schema(old_database: str) -> Non
         info = t.group("order-1")
         assert (info.state, info.reason, info.worker_id, info.attempt, info.expires_at) == (
             "buried", "poison", "w-live", 1, None)
-        assert t.stats().buried == 1
+        assert t.stats().buried == buried_before + 1
         with pytest.raises(LeaseLost):
             t.ack(lease)
         assert t.skip("order-3") is True  # the parked head goes, the park with it
@@ -141,6 +167,27 @@ def test_the_new_operations_work_on_an_upgraded_schema(old_database: str) -> Non
     before = fingerprint(old_database)
     PostgresTransport.install(old_database)
     assert fingerprint(old_database) == before
+
+
+def test_ack_and_claim_works_on_an_upgraded_schema(old_database: str, record: Dict[str, Any]) -> None:
+    """What version 3 added, on an old store: the old live lease, rebuilt, is
+    acked and the next message claimed in one call, and that message is the
+    one the old code's first claim after its ack gave (the message the old
+    code published in between went to a group that is claimed last); the
+    same lease again is not current, and changes nothing."""
+    PostgresTransport.install(old_database)
+    live = record["live_lease"]
+    clock = ManualClock(STOP)
+    with PostgresTransport(old_database, queue=QUEUE, clock=clock) as t:
+        lease = leasequeue.Lease(live["seq"], live["group_id"], live["event"], live["worker_id"],
+                                 live["expires_at"], live["attempt"])
+        got = t.ack_and_claim(lease, "drain", 30.0, INT64_MIN)
+        assert got is not None
+        assert [got.group_id, got.seq, got.attempt, got.event, got.expires_at] == record["continued"]["claims"][0]
+        before = (t.stats(), t.groups())
+        with pytest.raises(LeaseLost):
+            t.ack_and_claim(lease, "drain", 30.0, INT64_MIN)
+        assert (t.stats(), t.groups()) == before
 
 
 def test_an_upgraded_schema_is_the_schema_of_a_new_install(old_database: str, new_database: Any) -> None:
@@ -171,7 +218,7 @@ def test_install_upgrades_in_one_transaction(old_database: str, monkeypatch: Any
     assert fingerprint(old_database) == before
     monkeypatch.setattr(_postgres, "load_script", real)
     PostgresTransport.install(old_database)
-    assert version_of(old_database) == "2"
+    assert version_of(old_database) == NEW
 
 
 def test_a_schema_of_a_newer_release_is_refused_untouched(new_database: Any) -> None:
@@ -198,10 +245,10 @@ def test_the_migrations_are_numbered_without_gaps() -> None:
     assert versions == list(range(_postgres.OLDEST_UPGRADABLE + 1, _postgres.SCHEMA_VERSION + 1))
 
 
-def test_concurrent_installs_upgrade_once(old_database: str) -> None:
+def test_concurrent_installs_upgrade_once(old_database: str, record: Dict[str, Any]) -> None:
     """Three install() calls at once on the old schema (three deploy jobs):
     the advisory lock makes them take turns; the first upgrades, the others
-    find version 2; the state is the old one."""
+    find the new version; the state is the old one."""
     import threading
 
     errors: List[BaseException] = []
@@ -218,6 +265,6 @@ def test_concurrent_installs_upgrade_once(old_database: str) -> None:
     for th in threads:
         th.join(60)
     assert not errors, errors
-    assert version_of(old_database) == "2"
+    assert version_of(old_database) == NEW
     with PostgresTransport(old_database, queue=QUEUE, clock=ManualClock(STOP)) as t:
-        assert report(t) == RECORD["at_stop"]
+        assert report(t) == record["at_stop"]

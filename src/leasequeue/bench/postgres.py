@@ -160,13 +160,14 @@ MISSING: Dict[str, str] = {}
 # of its last job done); the rate is all jobs over start -> the last one.
 
 #: The consume-only variants, in the order they run at each point.
-CONSUME_VARIANTS = ("leasequeue", "leasequeue-batch", "pgqueuer", "pgqueuer-batch", "pgqueuer-1",
+CONSUME_VARIANTS = ("leasequeue", "leasequeue-aac", "leasequeue-batch", "pgqueuer", "pgqueuer-batch", "pgqueuer-1",
                     "procrastinate")
 #: Variants that empty a smaller queue (``--slow-jobs``): they run at tens of jobs/s here.
 SLOW_VARIANTS = ("pgqueuer-1", "procrastinate")
 #: What each variant is, for the report.
 CONSUME_LABELS = {
     "leasequeue": "leasequeue claim(timeout=0.2) / ack",
+    "leasequeue-aac": "leasequeue ack_and_claim (claim(timeout=0.2) when it finds nothing)",
     "leasequeue-batch": "leasequeue claim_many / ack_many (k)",
     "pgqueuer": "PGQueuer QueueManager, defaults (batch_size=10)",
     "pgqueuer-batch": "PGQueuer QueueManager, batch_size=k",
@@ -177,7 +178,7 @@ CONSUME_LABELS = {
 
 def _consume_batch(variant: str, batch: int) -> int:
     """The batch size a variant runs with (PGQueuer's QueueManager default is 10)."""
-    if variant == "leasequeue":
+    if variant in ("leasequeue", "leasequeue-aac"):
         return 1
     if variant == "pgqueuer":
         return 10
@@ -216,6 +217,30 @@ def _lq_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out
             t.ack_many(leases)
             n += len(leases)
         last = time.time()
+    cpu = time.process_time() - cpu
+    t.close()
+    out.put((n, last, cpu))
+
+
+def _lq_consume_aac(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
+    """Single calls, one transaction per job: ``ack_and_claim`` acks the
+    job done and claims the next; a worker it finds nothing for waits in
+    ``claim(timeout=0.2)``."""
+    from leasequeue import PostgresTransport
+
+    t = PostgresTransport(conninfo, queue=queue)
+    worker = f"w{wid}"
+    n, last = 0, 0.0
+    out.put("ready")
+    start.wait()
+    cpu = time.process_time()
+    lease = t.claim(worker, 30.0, timeout=0.2)
+    while lease is not None:
+        n += 1  # the job (a no-op) is done: ack it, take the next
+        lease = t.ack_and_claim(lease, worker, 30.0)
+        last = time.time()
+        if lease is None:
+            lease = t.claim(worker, 30.0, timeout=0.2)
     cpu = time.process_time() - cpu
     t.close()
     out.put((n, last, cpu))
@@ -278,6 +303,7 @@ def _procrastinate_consume(conninfo: str, queue: str, wid: int, batch: int, star
 
 CONSUMERS: Dict[str, Callable[..., None]] = {
     "leasequeue": _lq_consume,
+    "leasequeue-aac": _lq_consume_aac,
     "pgqueuer": _pgqueuer_consume,
     "procrastinate": _procrastinate_consume,
 }
@@ -353,7 +379,8 @@ def run_consume(variant: str, conninfo: str, workers: int, jobs: int, groups: in
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     out = ctx.Queue()
-    procs = [ctx.Process(target=CONSUMERS[system], args=(conninfo, queue, w, size, start, out))
+    consumer = CONSUMERS.get(variant, CONSUMERS[system])
+    procs = [ctx.Process(target=consumer, args=(conninfo, queue, w, size, start, out))
              for w in range(workers)]
     for p in procs:
         p.start()
@@ -676,15 +703,18 @@ def consume_markdown(res: Dict[str, Any]) -> List[str]:
     lines += ["", "Ratios (medians of the same run):", "",
               "| ratio | " + " | ".join(f"W={w}" for w in workers) + " |", "|---|" + "---:|" * len(workers)]
     pairs = [("leasequeue", "pgqueuer", "single calls / PGQueuer defaults"),
+             ("leasequeue-aac", "pgqueuer", "ack_and_claim / PGQueuer defaults"),
+             ("leasequeue-aac", "leasequeue", "ack_and_claim / claim + ack"),
              ("leasequeue", "pgqueuer-1", "single calls / PGQueuer batch_size=1"),
              ("leasequeue-batch", "pgqueuer", f"claim_many({k}) / PGQueuer defaults"),
              ("leasequeue-batch", "pgqueuer-batch", f"claim_many({k}) / PGQueuer batch_size={k}")]
     for a, b, label in pairs:
         if a in med and b in med:
             lines.append(f"| {label} | " + " | ".join(f"{get(a, w) / get(b, w):.2f}x" for w in workers) + " |")
-    if "leasequeue" in med and workers[0] == 1:
-        lines.append("| single calls, W / 1 worker | " + " | ".join(
-            f"{get('leasequeue', w) / get('leasequeue', 1):.2f}x" for w in workers) + " |")
+    for v, label in (("leasequeue", "single calls"), ("leasequeue-aac", "ack_and_claim")):
+        if v in med and workers[0] == 1:
+            lines.append(f"| {label}, W / 1 worker | " + " | ".join(
+                f"{get(v, w) / get(v, 1):.2f}x" for w in workers) + " |")
     lines += ["", "CPU per job, ms (client: the worker processes, from the start signal to their last job; "
               "server: every server process, from the start signal until the workers exited):", "",
               "| variant | " + " | ".join(f"W={w} client / server" for w in workers) + " |",

@@ -37,6 +37,11 @@ SELECT leasequeue.unclaim(%s, %s, %s, %s, %s, %s, %s, %s, %s);
 -- Remove a leased message: queue, group, seq, attempt, worker -> current?
 SELECT leasequeue.ack(%s, %s, %s, %s, %s);
 
+-- name: ack_and_claim --
+-- Ack, then claim at the same time: queue, group, seq, attempt, worker, claimer, visibility, min_priority, now.
+SELECT seq, group_id, payload, expires_at, attempt, prev_rr, prev_last, prev_open, prev_worker
+FROM leasequeue.ack_and_claim(%s, %s, %s, %s, %s, %s, %s, %s, %s);
+
 -- name: ack_many --
 -- Ack in order: queue, groups[], seqs[], attempts[], workers[] -> positions not current.
 SELECT leasequeue.ack_many(%s, %s, %s, %s, %s);

@@ -1,4 +1,4 @@
--- leasequeue schema for PostgreSQL, version 2.
+-- leasequeue schema for PostgreSQL, version 3.
 --
 -- Idempotent: PostgresTransport.install(conninfo) runs this whole file in one
 -- transaction (under an advisory lock, so concurrent installs do not race).
@@ -623,6 +623,31 @@ BEGIN
     RETURN true;
 END $$;
 
+-- Version 3: ack, then claim at the same time, in one transaction (one
+-- commit per job for a worker's loop).  No rows: the lease was not current,
+-- nothing changed (the ack's locks are the transaction's, and it found
+-- nothing to change).  Else the claim's row, or one row of NULLs when the
+-- claim found nothing (the ack stands).  The ack announces the group's next
+-- message as a lone ack does (only while somebody listens): the claim may
+-- then take it itself, which costs a sleeping claim one look, never a
+-- missed wake-up.
+CREATE OR REPLACE FUNCTION leasequeue.ack_and_claim(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
+                                                    p_worker text, p_claimer text, p_visibility double precision,
+                                                    p_min_priority bigint, p_now double precision)
+RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt bigint,
+               prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT leasequeue.ack(p_queue, p_group, p_seq, p_attempt, p_worker) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM leasequeue.claim(p_queue, p_claimer, p_visibility, p_min_priority, p_now, 1,
+                                                 false, NULL);
+    IF NOT FOUND THEN
+        RETURN NEXT;  -- every column NULL: acked, nothing claimed
+    END IF;
+END $$;
+
 -- Returns the 1-based positions of the leases that were not current.  All
 -- the groups' advisory locks are taken first, in a fixed order; then the
 -- batch is settled with set statements (one ack per group at most: after
@@ -955,5 +980,5 @@ SET seq_oid = to_regclass('leasequeue.seq_' || q.id)::oid
 WHERE to_regclass('leasequeue.seq_' || q.id) IS NOT NULL
   AND q.seq_oid IS DISTINCT FROM to_regclass('leasequeue.seq_' || q.id)::oid;
 
-INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '2')
+INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '3')
 ON CONFLICT (key) DO NOTHING;

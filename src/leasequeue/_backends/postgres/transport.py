@@ -46,7 +46,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresTransport"]
 #: The schema version this code writes and understands (``leasequeue.meta``).
 #: ``install()`` upgrades an older one (1, leasequeue 0.3, or later) with the
 #: numbered files of ``sql/postgres/migrations/``.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: The oldest schema version ``install()`` can upgrade: the first released one.
 OLDEST_UPGRADABLE = 1
 
@@ -68,6 +68,7 @@ _Q = load_queries("postgres")
 _Q_CLAIM = _Q["claim"]
 _Q_PUBLISH = _Q["publish"]
 _Q_ACK = _Q["ack"]
+_Q_ACK_AND_CLAIM = _Q["ack_and_claim"]
 _Q_NACK = _Q["nack"]
 _Q_EXTEND = _Q["extend"]
 
@@ -898,6 +899,32 @@ class PostgresTransport:
             "claim_many", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, _NOW, count, False, None)
         )
         return self._leases(rows, worker_id, visibility)
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        """``ack(lease)``, then ``claim(worker_id, visibility, min_priority)``:
+        one round trip and one transaction (one commit per job).
+
+        Returns the new lease, or ``None`` when nothing is claimable (the ack
+        stands).  A lease that is not current raises ``LeaseLost`` and
+        changes nothing.  Never waits.
+        """
+        check_lease(lease)
+        worker_id = check_worker(worker_id)
+        visibility = check_duration(visibility, "visibility")
+        min_priority = check_priority(min_priority, "min_priority")
+        key = lease_key(lease)
+        if key is None:
+            self._now("ack_and_claim")
+            raise lost(lease)
+        rows = self._execute(
+            "ack_and_claim",
+            _Q_ACK_AND_CLAIM,
+            (self._queue, *_delivery(key), worker_id, visibility, min_priority, _NOW),
+        )
+        if not rows:
+            raise lost(lease)
+        leases = self._leases(rows, worker_id, visibility)
+        return leases[0] if leases else None
 
     def ack_many(self, leases: Iterable[Any]) -> List[Any]:
         """Ack each current lease, in order, in one transaction; return the others."""
