@@ -368,6 +368,7 @@ DECLARE
     v_payload bytea;
     v_batch refcursor;
     v_batching boolean := false;
+    v_searched boolean := false;  -- the hot path found the answer (or that there is none)
 BEGIN
     IF p_now IS NULL THEN
         v_now := extract(epoch FROM clock_timestamp())::double precision;
@@ -378,7 +379,25 @@ BEGIN
                WHERE e.queue = p_queue AND e.lock_state <> 0 AND e.expires_at < v_now) THEN
         PERFORM leasequeue.expire(p_queue, v_now);
     END IF;
-    IF p_count > 1 THEN
+    IF p_count = 1 THEN
+        -- One claim (the hot path): the ready group claimed least recently
+        -- that no other transaction holds.  If the floor admits it, it is
+        -- the answer (it comes first among the admitted groups too); if
+        -- there is none, nothing is claimable.  Only a group under the floor
+        -- needs the search below (which will not take it: it stays locked
+        -- by this transaction until it ends, as the search's own probes do).
+        SELECT * INTO v_g FROM leasequeue.groups g
+        WHERE g.queue = p_queue AND g.lock_state = 0 AND g.has_messages AND NOT g.paused
+        ORDER BY g.rr_key LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            v_searched := true;
+        ELSIF v_g.priority >= p_min_priority THEN
+            v_taken := ARRAY[v_g];
+            v_n := 1;
+            v_searched := true;
+        END IF;
+    ELSIF p_count > 1 THEN
         -- A batch whose floor admits every ready group: the p_count ready
         -- groups with the smallest keys, in one index walk, are exactly what
         -- p_count successive claims take (each claimed group moves to the
@@ -397,7 +416,7 @@ BEGIN
         END IF;
     END IF;
     -- First take (lock) the groups, then read the time, then lease them.
-    WHILE v_n < p_count LOOP
+    WHILE v_n < p_count AND NOT v_searched LOOP
         IF v_batching THEN
             FETCH v_batch INTO v_g;
             EXIT WHEN NOT FOUND;  -- nothing else is claimable now
@@ -587,38 +606,38 @@ CREATE OR REPLACE FUNCTION leasequeue.ack(p_queue int, p_group text, p_seq bigin
                                           p_worker text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
-    v_g leasequeue.groups%ROWTYPE;
     v_next bigint;
+    v_priority bigint;
+    v_paused boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
-    SELECT * INTO v_g FROM leasequeue.groups
-    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
-    IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
-       OR v_g.lease_worker IS DISTINCT FROM p_worker THEN
+    -- The message after the delivery's (its group's head): publishers to the
+    -- group wait for the advisory lock, so it stays the next one.
+    SELECT seq INTO v_next FROM leasequeue.messages
+    WHERE queue = p_queue AND group_id = p_group AND seq > p_seq ORDER BY seq LIMIT 1;
+    -- Free the group if the delivery is current; if it is not, this changes
+    -- nothing and finds no row.  (One statement: no separate FOR UPDATE,
+    -- which costs a second write of the row.)
+    UPDATE leasequeue.groups
+    SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
+        lease_seq = NULL, lease_worker = NULL, has_messages = (v_next IS NOT NULL)
+    WHERE queue = p_queue AND group_id = p_group AND open AND attempt = p_attempt AND lease_seq = p_seq
+      AND lease_worker = p_worker
+    RETURNING priority, paused INTO v_priority, v_paused;
+    IF NOT FOUND THEN
         RETURN false;
     END IF;
     DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group AND seq = p_seq;
-    SELECT seq INTO v_next FROM leasequeue.messages
-    WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
-    IF FOUND THEN
-        UPDATE leasequeue.groups
-        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
-            lease_seq = NULL, lease_worker = NULL
-        WHERE queue = p_queue AND group_id = p_group;
-        IF NOT v_g.paused THEN
-            -- leasequeue.announce, inlined (the hot path: one call less).
-            PERFORM pg_advisory_xact_lock_shared(4294967296 + p_queue);
-            IF EXISTS (SELECT 1 FROM leasequeue.listeners WHERE queue = p_queue) THEN
-                PERFORM pg_notify('leasequeue_' || p_queue, v_g.priority || ':' || v_next);
-            END IF;
+    IF v_next IS NULL THEN
+        IF NOT v_paused THEN
+            DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
         END IF;
-    ELSIF v_g.paused THEN
-        UPDATE leasequeue.groups
-        SET has_messages = false, lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0,
-            open = false, lease_seq = NULL, lease_worker = NULL
-        WHERE queue = p_queue AND group_id = p_group;
-    ELSE
-        DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    ELSIF NOT v_paused THEN
+        -- leasequeue.announce, inlined (the hot path: one call less).
+        PERFORM pg_advisory_xact_lock_shared(4294967296 + p_queue);
+        IF EXISTS (SELECT 1 FROM leasequeue.listeners WHERE queue = p_queue) THEN
+            PERFORM pg_notify('leasequeue_' || p_queue, v_priority || ':' || v_next);
+        END IF;
     END IF;
     RETURN true;
 END $$;
