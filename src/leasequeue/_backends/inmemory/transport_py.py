@@ -1342,10 +1342,13 @@ class InMemoryTransport:
             _check_lease(lease)
         if type(worker_id) is not str or worker_id == PARKED:
             worker_id = _check_worker(worker_id)
-        visibility = _check_duration(visibility, "visibility")
+        if type(visibility) is not float or not visibility >= 0.0:
+            visibility = _check_duration(visibility, "visibility")
         if type(min_priority) is not int or not _INT64_MIN <= min_priority <= _INT64_MAX:
             min_priority = _check_priority(min_priority, "min_priority")
-        now = _check_time(self._clock())
+        now = self._clock()
+        if type(now) is not float or now - now != 0.0:
+            now = _check_time(now)
         spent: Any = None  # the acked (seq, event): dropped after the lock is released
         taken: Optional[Tuple[int, str, Any, int]] = None
         with self._lock:
