@@ -1267,14 +1267,11 @@ cdef class InMemoryTransport:
             raise MemoryError()
         if not acked:
             raise LeaseLost(_lost_message(<Lease>lease))
-        try:
-            if claimed:
-                claimed = 0  # its references go to the lease, whatever happens
-                result = _issue(taken.seq, lq_steal(taken.group_id), lq_steal(taken.event), wid, expires_at,
-                                taken.attempt, self._owner, taken.slot)
-        finally:
-            for i in range(kept):
-                Py_XDECREF(spent[i])  # the event's __del__ may run here, outside the lock
+        for i in range(kept):
+            Py_XDECREF(spent[i])  # the event's __del__ may run here, outside the lock
+        if claimed:  # the lease takes the claim's references (an error here drops them)
+            result = _issue(taken.seq, lq_steal(taken.group_id), lq_steal(taken.event), wid, expires_at,
+                            taken.attempt, self._owner, taken.slot)
         if self._wq.count:  # served from what the claim left (the ack's next message, expiries)
             self._serve_waiters(now, 1)
         return result
