@@ -11,12 +11,15 @@ instructions of one cycle (loop overhead included, as in the timings).
 
 With ``--batch K`` the cycle is batched: ``publish_many`` of K items +
 ``claim_many`` of K + ``ack_many`` of those leases, and the figure is per
-message (implementations with batches only: cython, pure).
+message (implementations with batches only: cython, pure).  With
+``--ack-and-claim`` the cycle is a worker's that acks each job with its next
+claim: ``publish`` + ``ack_and_claim`` (cython, pure).
 
 Usage::
 
     PYTHONPATH=src python3 benchmarks/callgrind.py            # N=10k, G=1k
     PYTHONPATH=src python3 benchmarks/callgrind.py --impls cython,pure --batch 64
+    PYTHONPATH=src python3 benchmarks/callgrind.py --impls cython,pure --ack-and-claim
     python3 benchmarks/callgrind.py --n 100000 --groups 10000 --impls cython,floor
     python3 benchmarks/callgrind.py --json results/callgrind.json
 
@@ -52,11 +55,13 @@ def _env() -> Dict[str, str]:
 
 
 def instructions(
-    impl: str, n: int, g: int, k: int, kmax: int, python: str, cache_sim: bool = False, batch: int = 0
+    impl: str, n: int, g: int, k: int, kmax: int, python: str, cache_sim: bool = False, batch: int = 0,
+    ack_and_claim: bool = False,
 ) -> Dict[str, int]:
     """Event totals of one run (``Ir``; with ``cache_sim`` also ``D1mr``,
     ``D1mw``, ...): prefill ``n`` in ``g`` groups, then ``k`` cycles (the
-    list of publish targets is built for ``kmax``; ``batch``: batched)."""
+    list of publish targets is built for ``kmax``; ``batch``: batched;
+    ``ack_and_claim``: publish + ack_and_claim)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         cmd = [
@@ -73,7 +78,7 @@ def instructions(
             str(g),
             str(k),
             str(kmax),
-        ] + ([str(batch)] if batch else [])
+        ] + ([str(batch)] if batch else ["ack_and_claim"] if ack_and_claim else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())
         if proc.returncode != 0:
             raise RuntimeError(f"{impl}: callgrind run failed:\n{proc.stderr[-2000:]}")
@@ -99,7 +104,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--cache-sim", action="store_true", help="also simulate the caches: L1 data read/write misses per cycle"
     )
     ap.add_argument("--batch", type=int, default=0, metavar="K", help="batched cycles of K messages; per message")
+    ap.add_argument("--ack-and-claim", action="store_true", help="publish + ack_and_claim cycles (a worker's loop)")
     args = ap.parse_args(argv)
+    if args.batch and args.ack_and_claim:
+        ap.error("--batch and --ack-and-claim measure different cycles: choose one")
     if shutil.which("valgrind") is None:
         sys.stderr.write("valgrind not found on PATH (apt-get install valgrind)\n")
         return 2
@@ -110,8 +118,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for impl in impls:
         sys.stderr.write(f"callgrind: {impl} (N={args.n}, G={args.groups}, K={args.k1} and {args.k2}) ...\n")
         try:
-            a = instructions(impl, args.n, args.groups, args.k1, args.k2, args.python, args.cache_sim, args.batch)
-            b = instructions(impl, args.n, args.groups, args.k2, args.k2, args.python, args.cache_sim, args.batch)
+            a = instructions(impl, args.n, args.groups, args.k1, args.k2, args.python, args.cache_sim, args.batch,
+                             args.ack_and_claim)
+            b = instructions(impl, args.n, args.groups, args.k2, args.k2, args.python, args.cache_sim, args.batch,
+                             args.ack_and_claim)
         except RuntimeError as exc:
             sys.stderr.write(f"  skipped: {str(exc).splitlines()[0]}\n")
             rows.append({"impl": impl, "error": str(exc)[-500:]})
@@ -127,6 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     what = (
         f"message of the batched cycle (publish_many + claim_many + ack_many of {args.batch})"
         if args.batch
+        else "publish+ack_and_claim cycle" if args.ack_and_claim
         else "publish+claim+ack cycle"
     )
     print(f"Instructions per {what} (N={args.n}, G={args.groups}; valgrind callgrind, PYTHONHASHSEED=0)")

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Optional
 
 from leasequeue import LeaseLost
 from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
-from leasequeue._validation import INT64_MAX, INT64_MIN, check_time
+from leasequeue._validation import INT64_MAX, INT64_MIN, check_priority, check_time
 
 
 class AckWithoutFencing(Pure):
@@ -270,5 +270,136 @@ QUARANTINE_BUGS = {
     "SkipRemovesALeasedHead": [
         "test_skip_refuses_a_head_under_a_live_lease[live]",
         "test_skip_refuses_a_head_under_a_live_lease[at-expires_at]",
+    ],
+}
+
+
+# -- ack_and_claim -------------------------------------------------------------------------
+# Each of these breaks one rule of ack_and_claim the way a plausible
+# implementation would; the real ack and claim do the rest.
+
+
+class AckAndClaimClaimsFirst(Pure):
+    """The claim first, then the ack: the group just acked is still
+    blocked by the message being acked, so its next message is never the
+    one served, even when it is the only one eligible."""
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        claimed = self.claim(worker_id, visibility, min_priority)
+        self.ack(lease)
+        return claimed
+
+
+class AckAndClaimClaimsWhenTheLeaseIsLost(Pure):
+    """A stale lease raises ``LeaseLost``, but only after the claim half
+    ran: the call that raised changed the transport (a message leased that
+    nobody will ever hear of until it expires)."""
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        try:
+            return super().ack_and_claim(lease, worker_id, visibility, min_priority)
+        except LeaseLost:
+            self.claim(worker_id, visibility, min_priority)
+            raise
+
+
+class NaiveAckAndClaim(Pure):
+    """``ack`` then ``claim``, two calls: the ack is done before the claim's
+    arguments and the clock are checked (a bad argument or a failing clock
+    leaves it acked), and the ack hands the group's next message to a
+    waiting claim before the caller's own claim can take it."""
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        self.ack(lease)
+        return self.claim(worker_id, visibility, min_priority)
+
+
+class AckAndClaimAcksOnlyWhenItClaims(Pure):
+    """Keeps the lease when there is no next job ("ack when the next claim
+    succeeds"): with nothing eligible the message is never acked."""
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        claimed = self.claim(worker_id, visibility, min_priority)
+        if claimed is not None:
+            self.ack(lease)
+        return claimed
+
+
+class AckAndClaimStaysWithTheGroup(Pure):
+    """A "sticky" optimisation: after the ack the worker stays on the same
+    group (workflow) while it has a next message, ahead of every group that
+    was waiting longer.  That breaks the round-robin."""
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        self.ack(lease)
+        with self._lock:
+            group = self._groups.get(lease.group_id)
+            if group is not None and group.ready_key is not None:
+                self._rekey_ready(group, INT64_MIN)  # first in its level's heap
+        return self.claim(worker_id, visibility, min_priority)
+
+
+class AckAndClaimIgnoresTheFloor(Pure):
+    """A wrapper that does not pass ``min_priority`` on: the claim half
+    serves every group from priority 0 up, whatever floor was asked for."""
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        if type(min_priority) is not int:
+            min_priority = check_priority(min_priority, "min_priority")  # bad input is still refused
+        return super().ack_and_claim(lease, worker_id, visibility)
+
+
+class AckAndClaimSkipsExpiry(Pure):
+    """The claim half does not apply expiry first: a lease that ran out
+    still blocks its group (until some other operation expires it)."""
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        self._expire = lambda now: None  # type: ignore[method-assign]  # shadows the method for this call
+        try:
+            return super().ack_and_claim(lease, worker_id, visibility, min_priority)
+        finally:
+            del self._expire
+
+
+class AckAndClaimKeepsTheAckedEvent(Pure):
+    """Keeps every acked event in a debugging log: the transport holds the
+    last reference, so an event's finaliser never runs."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        self.acked_events: list = []
+
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        claimed = super().ack_and_claim(lease, worker_id, visibility, min_priority)
+        self.acked_events.append(lease.event)
+        return claimed
+
+
+#: The broken transports whose bug is in ack_and_claim, and the contract
+#: tests that must fail on each.
+ACK_AND_CLAIM_BUGS = {
+    "AckAndClaimClaimsFirst": [
+        "test_ack_and_claim_is_ack_then_claim[the-acked-groups-next-message]",
+        "test_ack_and_claim_serves_the_acked_group_again_when_it_is_the_only_eligible",
+    ],
+    "AckAndClaimClaimsWhenTheLeaseIsLost": [
+        "test_ack_and_claim_of_a_stale_lease_changes_nothing[expired-and-reclaimed]",
+        "test_ack_and_claim_of_a_forged_or_foreign_lease_changes_nothing[forged]",
+    ],
+    "NaiveAckAndClaim": [
+        "test_ack_and_claim_bad_input_changes_nothing[worker_id-int]",
+        "test_ack_and_claim_bad_input_changes_nothing[visibility-nan]",
+        "test_ack_and_claim_reads_the_clock_before_the_lease_is_looked_at[current-raises]",
+        "test_a_waiting_claim_gets_what_ack_and_claim_leaves",
+    ],
+    "AckAndClaimAcksOnlyWhenItClaims": [
+        "test_ack_and_claim_returns_none_when_nothing_is_eligible_and_the_ack_stands",
+    ],
+    "AckAndClaimStaysWithTheGroup": ["test_ack_and_claim_keeps_the_round_robin"],
+    "AckAndClaimIgnoresTheFloor": ["test_ack_and_claim_keeps_the_priority_floor"],
+    "AckAndClaimSkipsExpiry": ["test_ack_and_claim_applies_expiry_at_its_now"],
+    "AckAndClaimKeepsTheAckedEvent": [
+        "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[False]",
+        "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[True]",
     ],
 }

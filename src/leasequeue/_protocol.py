@@ -19,7 +19,9 @@ for only that part:
 :class:`WaitingTransport`   Part 2: ``claim(timeout=)``, ``aclaim``, ``closed``
 :class:`ControlPlane`       Part 2: pause, resume, purge, set_priority,
                             group, groups
-:class:`BatchTransport`     Part 2: publish_many, claim_many, ack_many
+:class:`BatchTransport`     Part 2: publish_many, claim_many, ack_many;
+                            and ack_and_claim (a job's ack and the next
+                            claim in one call)
 :class:`Quarantine`         Part 4: bury, skip, peek
 :class:`Transport`          all of them
 ==========================  ================================================
@@ -155,7 +157,8 @@ class ControlPlane(Protocol):
 
 
 class BatchTransport(Protocol[L]):
-    """Part 2: many messages per call, under one lock and one clock read."""
+    """Part 2: many messages per call, under one lock and one clock read
+    (and ``ack_and_claim``: a job's ack and the next claim in one call)."""
 
     def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
         """Publish ``(group_id, event[, priority])`` items; returns their seqs."""
@@ -165,6 +168,17 @@ class BatchTransport(Protocol[L]):
 
     def ack_many(self, leases: Iterable[L]) -> List[L]:
         """Ack each current lease, in order; returns the ones that were not current."""
+
+    def ack_and_claim(self, lease: L, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[L]:
+        """``ack(lease)`` then a non-waiting ``claim(worker_id, visibility,
+        min_priority)``, as one operation: one lock (one transaction in a
+        durable backend), the clock read once.
+
+        A worker's loop then costs one call (one commit) per job instead of
+        two.  A lease that is not current raises ``LeaseLost`` and changes
+        nothing (no ack, no claim).  Returns the claim's lease, or ``None``
+        when no group is eligible (the ack stands).  Never waits.
+        """
 
 
 class Quarantine(Protocol[L_contra]):

@@ -37,6 +37,7 @@ class TestPureTransport(TransportContract):
     supports_control_plane = _has(PURE, "pause")
     supports_batches = _has(PURE, "publish_many")
     supports_quarantine = _has(PURE, "bury")
+    supports_ack_and_claim = _has(PURE, "ack_and_claim")
 
     def make_transport(self, clock: Callable[[], float]) -> Any:
         assert PURE is not None
@@ -48,6 +49,7 @@ class TestCythonTransport(TransportContract):
     supports_control_plane = _has(COMPILED, "pause")
     supports_batches = _has(COMPILED, "publish_many")
     supports_quarantine = _has(COMPILED, "bury")
+    supports_ack_and_claim = _has(COMPILED, "ack_and_claim")
 
     def make_transport(self, clock: Callable[[], float]) -> Any:
         if COMPILED is None:

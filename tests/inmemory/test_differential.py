@@ -351,7 +351,7 @@ class DifferentialMachine(RuleBasedStateMachine):
         for _ in range(beats):
             self.apply(call("extend", ref, visibility))
 
-    @rule(mode=st.integers(0, len(FAULTS) - 1), which=st.integers(0, 7), i=st.integers(0, 1000))
+    @rule(mode=st.integers(0, len(FAULTS) - 1), which=st.integers(0, 8), i=st.integers(0, 1000))
     def bad_clock(self, mode: int, which: int, i: int) -> None:
         has = bool(self.refs)
         ref = self.ref(i) if has else None
@@ -364,6 +364,7 @@ class DifferentialMachine(RuleBasedStateMachine):
             call("ack", ref) if has else call("publish", "b", self.event()),  # reads no clock
             call("publish", "b", self.event()),  # reads no clock
             call("group", "a") if self.has("group") else call("stats"),
+            call("ack_and_claim", ref, "w1", 5) if has and self.has("ack_and_claim") else call("stats"),
         ][which]
         self.apply(("fault", FAULTS[mode], inner))
 
@@ -450,6 +451,25 @@ class DifferentialMachine(RuleBasedStateMachine):
     @rule(group=st.sampled_from(GROUPS + ["zz"]), count=st.sampled_from([OMIT, 0, 1, 2, 5, 2**70, -1, True]))
     def peek(self, group: str, count: Any) -> None:
         self.apply(call("peek", group) if count is OMIT else call("peek", group, count))
+
+    # -- ack_and_claim, when both transports have it ---------------------------------------------
+
+    @precondition(lambda self: self.has("ack_and_claim") and self.refs)
+    @rule(i=st.integers(0, 1000), lease=st.sampled_from(["recent", "recent", "forged", "foreign"]),
+          worker=st.sampled_from(WORKERS), visibility=st.sampled_from(VISIBILITIES),
+          loop=st.integers(0, 6), data=st.data())
+    def ack_and_claim(self, i: int, lease: str, worker: str, visibility: Any, loop: int, data: st.DataObject) -> None:
+        """A (maybe stale, forged or foreign) lease acked with the next
+        claim; then, while a lease comes back, a worker's loop on it."""
+        floor = data.draw(st.sampled_from(self.floors), label="floor")
+        target: Any = {"recent": self.ref(i), "forged": Forged(self.ref(i)), "foreign": FOREIGN}[lease]
+        for _ in range(loop + 1):
+            args = (target, worker, visibility) if floor is OMIT else (target, worker, visibility, floor)
+            self.apply(("call", "ack_and_claim", args, ()))
+            uid = self.h.next_uid - 1
+            if not self.h.results.get(uid):
+                break
+            target = LeaseRef(uid)
 
     @invariant()
     def same_len(self) -> None:

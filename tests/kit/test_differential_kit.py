@@ -14,6 +14,7 @@ import heapq
 import math
 import os
 import pickle
+import re
 import subprocess
 import sys
 from typing import Any, Callable
@@ -244,7 +245,7 @@ def test_part_two_is_driven_only_where_it_exists() -> None:
     summary = check_differential(PartOne, ops=1000, seed=1)
     assert not any(key.split()[0] in ("pause", "claim_many", "groups") for key in summary.tally)
     full = detect_capabilities(ReferenceTransport)
-    assert full.waiting and len(full.methods) == 12
+    assert full.waiting and len(full.methods) == 13
     summary = check_differential(ReferenceTransport, ops=3000, seed=1)
     for method in ("pause", "resume", "group", "publish_many", "claim_many", "ack_many"):
         assert any(key.startswith(method + " ") for key in summary.tally), method
@@ -254,6 +255,8 @@ def test_part_two_is_driven_only_where_it_exists() -> None:
         check_differential(PartOne, control_plane=True)
     with pytest.raises(ValueError, match="no bury"):
         check_differential(PartOne, quarantine=True)
+    with pytest.raises(ValueError, match="no ack_and_claim"):
+        check_differential(PartOne, ack_and_claim=True)
     with pytest.raises(ValueError, match="timeout"):
         check_differential(PartOne, waiting=True)
 
@@ -268,6 +271,51 @@ def test_quarantine_is_driven_only_where_it_exists() -> None:
     without = check_differential(ReferenceTransport, ops=3000, seed=2, quarantine=False)
     assert "bury" not in without.capabilities.methods
     assert not any(key.split()[0] in ("bury", "skip", "peek") for key in without.tally)
+
+
+def test_ack_and_claim_is_driven_only_where_it_exists() -> None:
+    """``ack_and_claim`` is driven against a transport that has it -- leases
+    back, ``None``, stale and forged leases, bad input, a failing clock, and
+    leases it returned used by later operations -- and left out when
+    switched off."""
+    summary = check_differential(ReferenceTransport, ops=3000, seed=3)
+    for key in ("ack_and_claim lease", "ack_and_claim None", "ack_and_claim raise", "fault:ack_and_claim raise"):
+        assert summary.tally.get(key, 0) > 0, key
+    without = check_differential(ReferenceTransport, ops=3000, seed=3, ack_and_claim=False)
+    assert "ack_and_claim" not in without.capabilities.methods
+    assert not any(key.split()[0].endswith("ack_and_claim") for key in without.tally)
+
+
+def test_a_lease_from_ack_and_claim_is_replayed_and_printed() -> None:
+    """A failure after a lease that ``ack_and_claim`` returned: the shrunk
+    script names that lease (``lN = t.ack_and_claim(...)``) and ``replay``
+    runs it again."""
+
+    class ExtendForgetsTheWorker(ReferenceTransport):  # wrong only for leases ack_and_claim made
+        def ack_and_claim(self, *args: Any, **kwargs: Any) -> Any:
+            lease = super().ack_and_claim(*args, **kwargs)
+            if lease is not None:
+                self._made.add((lease.seq, lease.attempt))
+            return lease
+
+        def extend(self, lease: Any, visibility: float) -> Any:
+            new = super().extend(lease, visibility)
+            if (new.seq, new.attempt) in self._made:
+                object.__setattr__(new, "worker_id", new.worker_id + "?")
+            return new
+
+        def __init__(self, clock: Any) -> None:
+            super().__init__(clock)
+            self._made: set = set()
+
+    with pytest.raises(DifferentialFailure) as caught:
+        for seed in range(20):
+            check_differential(ExtendForgetsTheWorker, ops=2000, seed=seed)
+    failure = caught.value
+    assert re.search(r"^l(\d+) = t\.ack_and_claim\(", failure.script, re.M), failure.script
+    assert "t.extend(l" in failure.script
+    with pytest.raises(AssertionError):
+        replay(ExtendForgetsTheWorker, failure.ops)
 
 
 def test_the_kit_imports_without_pytest_or_hypothesis() -> None:

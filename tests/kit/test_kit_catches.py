@@ -7,7 +7,7 @@ subprocess; its JUnit report says which contract tests failed and why.
 Each bug must fail the contract tests that state the rule it breaks, with
 the assertion about that rule (not an error of the broken transport), and
 the unbroken twin must pass everything.  ``check_differential`` must catch
-each Part 1 bug too.
+each Part 1 bug too, and each ``ack_and_claim`` bug whose results differ.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 import broken_transports
-from broken_transports import PART1_BUGS, QUARANTINE_BUGS
+from broken_transports import ACK_AND_CLAIM_BUGS, PART1_BUGS, QUARANTINE_BUGS
 
 import leasequeue.testing
 from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
@@ -47,6 +47,25 @@ REASONS = {
     "test_bury_holds_the_group_and_every_other_group_goes_on": "seq=2, group_id='g'",
     "test_skip_refuses_a_head_under_a_live_lease[live]": "assert True is False",
     "test_skip_refuses_a_head_under_a_live_lease[at-expires_at]": "assert True is False",
+    # ack_and_claim: the claim before the ack served b, not a's next message (seq 2)
+    "test_ack_and_claim_is_ack_then_claim[the-acked-groups-next-message]": "At index 0 diff: 3 != 2",
+    "test_ack_and_claim_serves_the_acked_group_again_when_it_is_the_only_eligible": "assert [('g', 1, 1)] ==",
+    # the claim half ran on LeaseLost: h leased to the caller's worker
+    "test_ack_and_claim_of_a_stale_lease_changes_nothing[expired-and-reclaimed]":
+        "('h', 0, 1, 'leased', False, 3, 'w9'",
+    "test_ack_and_claim_of_a_forged_or_foreign_lease_changes_nothing[forged]":
+        "(3, 2, 2, 0, 0, 0) != (3, 2, 1, 0, 0, 0)",
+    # acked before the bad argument (or the failing clock) was seen: 4 messages held, not 5
+    "test_ack_and_claim_bad_input_changes_nothing[worker_id-int]": "At index 0 diff: 4 != 5",
+    "test_ack_and_claim_bad_input_changes_nothing[visibility-nan]": "At index 0 diff: 4 != 5",
+    "test_ack_and_claim_reads_the_clock_before_the_lease_is_looked_at[current-raises]": "At index 0 diff: 4 != 5",
+    "test_a_waiting_claim_gets_what_ack_and_claim_leaves": "the caller's next message went to the waiting claim",
+    "test_ack_and_claim_returns_none_when_nothing_is_eligible_and_the_ack_stands": "where 1 = len(",
+    "test_ack_and_claim_keeps_the_round_robin": "At index 1 diff: 'a2' != 'b1'",
+    "test_ack_and_claim_keeps_the_priority_floor": "min_priority=6",
+    "test_ack_and_claim_applies_expiry_at_its_now": "('g', 4, 1) == ('x', 1, 2)",
+    "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[False]": "assert [] == [3]",
+    "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[True]": "assert [] == [3]",
 }
 
 CLASS_TEMPLATE = '''
@@ -55,6 +74,7 @@ class Test{name}(TransportContract):
     supports_control_plane = {control}
     supports_batches = {batches}
     supports_quarantine = {quarantine}
+    supports_ack_and_claim = {ack_and_claim}
     liveness_timeout = {liveness}
 
     def make_transport(self, clock):
@@ -79,6 +99,7 @@ def run_contract(tmp_path: Path, classes: Dict[str, str], *, waiting: bool, sele
                 control=hasattr(Pure, "pause"),
                 batches=hasattr(Pure, "publish_many"),
                 quarantine=hasattr(Pure, "bury"),
+                ack_and_claim=hasattr(Pure, "ack_and_claim"),
                 liveness=3.0 if waiting else 20.0,
             )
         )
@@ -192,3 +213,35 @@ def test_the_differential_catches_a_broken_quarantine(name: str) -> None:
     with pytest.raises(AssertionError):
         for seed in range(20):
             check_differential(lambda clock: broken(clock=clock), ops=3000, seed=seed, quarantine=True)
+
+
+#: The ack_and_claim bugs whose results differ from the referee's (a kept
+#: event changes no result: only the contract's finaliser test sees it).
+ACK_AND_CLAIM_DIFFERENTIAL_BUGS = sorted(set(ACK_AND_CLAIM_BUGS) - {"AckAndClaimKeepsTheAckedEvent"})
+
+
+@pytest.fixture(scope="module")
+def ack_and_claim_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+    classes = {name: f"broken_transports.{name}" for name in ACK_AND_CLAIM_BUGS}
+    classes["UnbrokenPureTwin"] = "InMemoryTransport"
+    return run_contract(tmp_path_factory.mktemp("ack_and_claim"), classes, waiting=True, select="ack_and_claim")
+
+
+def test_the_unbroken_twin_passes_the_ack_and_claim_rules(ack_and_claim_outcomes: Outcomes) -> None:
+    ran = [test for (cls, test) in ack_and_claim_outcomes if cls == "TestUnbrokenPureTwin"]
+    assert len(ran) > 40
+    assert failures(ack_and_claim_outcomes, "TestUnbrokenPureTwin") == []
+
+
+@pytest.mark.parametrize("name", sorted(ACK_AND_CLAIM_BUGS))
+def test_the_contract_catches_a_broken_ack_and_claim(ack_and_claim_outcomes: Outcomes, name: str) -> None:
+    assert_caught_for_the_right_reason(ack_and_claim_outcomes, f"Test{name}", ACK_AND_CLAIM_BUGS[name])
+
+
+@pytest.mark.parametrize("name", ACK_AND_CLAIM_DIFFERENTIAL_BUGS)
+def test_the_differential_catches_a_broken_ack_and_claim(name: str) -> None:
+    check_differential = leasequeue.testing.check_differential
+    broken = getattr(broken_transports, name)
+    with pytest.raises(AssertionError, match="ack_and_claim"):
+        for seed in range(20):
+            check_differential(lambda clock: broken(clock=clock), ops=3000, seed=seed, ack_and_claim=True)

@@ -51,3 +51,17 @@ def test_transport_contract_is_loaded_on_use() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_every_rules_module_has_its_asserts_rewritten() -> None:
+    """A ``_rules_*`` module missing from ``_CONTRACT_MODULES`` still runs,
+    but its failing rules say only ``AssertionError``, not what they
+    compared (the kit-catches tests then cannot tell why a rule failed)."""
+    from pathlib import Path
+
+    import leasequeue.testing as kit
+
+    here = Path(kit.__file__).parent
+    modules = {f"leasequeue.testing.{p.stem}" for p in here.glob("_rules_*.py")} | {
+        "leasequeue.testing._contract", "leasequeue.testing._contract_base"}
+    assert modules == set(kit._CONTRACT_MODULES)

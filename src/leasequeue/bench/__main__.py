@@ -1,7 +1,7 @@
 """Entry points of the child interpreters the benchmark starts.
 
 ``python -m leasequeue.bench --memory-child IMPL N G`` (see ``memory.py``)
-and ``--callgrind-child IMPL N G K KMAX [BATCH]`` (see ``callgrind.py``).  Users run
+and ``--callgrind-child IMPL N G K KMAX [BATCH | ack_and_claim]`` (see ``callgrind.py``).  Users run
 ``python -m leasequeue bench`` instead.
 """
 
@@ -22,7 +22,11 @@ def main(argv: Sequence[str]) -> int:
     if len(argv) in (6, 7) and argv[0] == "--callgrind-child":
         from .callgrind import callgrind_child
 
-        callgrind_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]), *map(int, argv[6:]))
+        head = (argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
+        if argv[6:] == ["ack_and_claim"]:
+            callgrind_child(*head, ack_and_claim=True)
+        else:
+            callgrind_child(*head, *map(int, argv[6:]))
         return 0
     sys.stderr.write("internal entry point; use: python -m leasequeue bench\n")
     return 2

@@ -57,6 +57,7 @@ _CONTRACT_MODULES = [
         "_rules_control",
         "_rules_batches",
         "_rules_quarantine",
+        "_rules_ack_and_claim",
     )
 ]
 

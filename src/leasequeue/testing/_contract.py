@@ -6,6 +6,7 @@ Needs pytest (imported here and in the ``_rules_*`` modules it is made of;
 
 from __future__ import annotations
 
+from ._rules_ack_and_claim import AckAndClaimRules
 from ._rules_bad_input import BadInputRules
 from ._rules_batches import BatchRules
 from ._rules_control import ControlPlaneRules
@@ -16,7 +17,9 @@ from ._rules_waiting import WaitingRules
 __all__ = ["TransportContract"]
 
 
-class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRules, BatchRules, QuarantineRules):
+class TransportContract(
+    CoreRules, BadInputRules, WaitingRules, ControlPlaneRules, BatchRules, QuarantineRules, AckAndClaimRules
+):
     """One test per rule of leasequeue's transport contract, for any transport.
 
     Subclass it in a test module under a name pytest collects (``Test...``),
@@ -46,6 +49,8 @@ class TransportContract(CoreRules, BadInputRules, WaitingRules, ControlPlaneRule
     * ``supports_quarantine``: ``bury``/``skip``/``peek``, ``resume``
       lifting a bury, ``GroupInfo.reason``, ``stats().buried`` (SPEC Part 4,
       "Quarantine").
+    * ``supports_ack_and_claim``: ``ack_and_claim`` (a job's ack and the
+      next claim in one call; docs/contract.md, "ack_and_claim").
     * ``usable_after_close``: calls still work after ``close()`` (the
       in-memory transports); False when ``close()`` releases a connection:
       then a claim with a non-zero timeout (and ``aclaim``) returns None at

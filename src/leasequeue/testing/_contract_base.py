@@ -229,6 +229,9 @@ class ContractBase:
     #: Part 4 "Quarantine": ``bury``, ``skip``, ``peek``, ``resume`` lifting
     #: a bury, ``GroupInfo.reason``, ``stats().buried``.
     supports_quarantine: bool = True
+    #: ``ack_and_claim(lease, worker_id, visibility, min_priority=0)``: a
+    #: job's ack and the next claim in one call (``BatchTransport``).
+    supports_ack_and_claim: bool = True
     #: After ``close()`` the transport still works (Part 1: ``close`` is a
     #: no-op for the in-memory transports).  False for a backend whose
     #: ``close()`` releases its connection: every call then raises
@@ -324,6 +327,10 @@ class ContractBase:
         """Claim until nothing is eligible (at most as many leases as the
         transport holds messages); return the leases in claim order."""
         return claim_all(t, worker, visibility, min_priority, limit=len(t))
+
+    def far(self) -> float:
+        """A timeout that does not end within a test (a waiting claim must be woken)."""
+        return self.liveness_timeout * 3
 
     def run_with_deadline(self, target: Callable[[], Any]) -> Any:
         """Run ``target`` in a daemon thread and return its result; fail

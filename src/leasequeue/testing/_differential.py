@@ -16,9 +16,10 @@ is shrunk -- so keep it cheap (a new temporary database file each call, say)
 and deterministic: the same operations must give the same answers.  The check drives that transport and a
 ``ReferenceTransport`` with the same seeded random operations -- publish,
 claim, ack, nack, extend, stats, len, close, Part 2's control plane and
-batches, Part 4's bury / skip / peek, bad input of every kind, stale, forged and foreign leases, a clock
-that jumps, goes back, raises or returns garbage -- and compares every
-result and every error.  At the first difference it *shrinks* the run
+batches, Part 4's bury / skip / peek, ``ack_and_claim``, bad input of
+every kind, stale, forged and foreign leases, a clock that jumps, goes
+back, raises or returns garbage -- and compares every result and every
+error.  At the first difference it *shrinks* the run
 (delta debugging, replaying subsets from scratch) to a 1-minimal list of
 operations and raises ``DifferentialFailure`` (an ``AssertionError``) whose
 message is that list as a Python script you can paste and run.  The
@@ -31,11 +32,12 @@ Flags say what a backend does not promise:
   backend serialises them), so they are compared with ``==``, not ``is``.
   The events the check publishes are small lists (``["e", 17]``): pickle and
   JSON both carry them.
-* ``waiting``, ``control_plane``, ``batches``, ``quarantine``: ``None``
-  (the default) drives each Part 2 and Part 4 feature the transport has
-  (``claim(timeout=)`` with ``closed``; ``pause``/``resume``/``purge``/
-  ``set_priority``/``group``/``groups``; ``publish_many``/``claim_many``/
-  ``ack_many``; ``bury``/``skip``/``peek``); ``True`` requires it
+* ``waiting``, ``control_plane``, ``batches``, ``quarantine``,
+  ``ack_and_claim``: ``None`` (the default) drives each Part 2 and Part 4
+  feature the transport has (``claim(timeout=)`` with ``closed``;
+  ``pause``/``resume``/``purge``/``set_priority``/``group``/``groups``;
+  ``publish_many``/``claim_many``/``ack_many``; ``bury``/``skip``/``peek``;
+  ``ack_and_claim``); ``True`` requires it
   (``ValueError`` if missing); ``False`` leaves it out.  A transport without
   a feature gets exactly the operations it got before the feature existed.
 * ``forged_leases`` / ``foreign_leases``: hand-built leases and leases of
@@ -67,8 +69,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Se
 
 from .._errors import LeaseLost
 from ._clock import ManualClock
-from ._generator import BATCHES, CONTROL_PLANE, QUARANTINE, Capabilities, RandomOps
-from ._harness import Disagreement, Harness, Side, describe
+from ._generator import ACK_AND_CLAIM, BATCHES, CONTROL_PLANE, QUARANTINE, Capabilities, RandomOps
+from ._harness import LEASE_MAKERS, Disagreement, Harness, Side, describe
 from ._ops import FOREIGN, ClockFault, Forged, Name, Op, Seconds, render, render_call, uses
 from ._reference import ReferenceTransport
 from ._shrink import ddmin
@@ -111,7 +113,7 @@ class DifferentialFailure(AssertionError):
 
 def _probe(factory: Factory) -> Tuple[Set[str], bool]:
     t = factory(ManualClock())
-    methods = {m for m in CONTROL_PLANE + BATCHES + QUARANTINE if callable(getattr(t, m, None))}
+    methods = {m for m in CONTROL_PLANE + BATCHES + QUARANTINE + ACK_AND_CLAIM if callable(getattr(t, m, None))}
     try:
         t.claim("probe", 0.0, 0, timeout=0.0)
     except TypeError:
@@ -133,12 +135,14 @@ def detect_capabilities(
     foreign_leases: bool = True,
     clock_faults: bool = True,
     quarantine: Optional[bool] = None,
+    ack_and_claim: Optional[bool] = None,
 ) -> Capabilities:
     """What both sides have, narrowed or required by the flags (see module doc)."""
     methods, has_waiting = _probe(make_transport)
     ref_methods, ref_waiting = _probe(reference)
     driven = set()
-    for names, flag in ((CONTROL_PLANE, control_plane), (BATCHES, batches), (QUARANTINE, quarantine)):
+    for names, flag in ((CONTROL_PLANE, control_plane), (BATCHES, batches), (QUARANTINE, quarantine),
+                        (ACK_AND_CLAIM, ack_and_claim)):
         if flag is False:
             continue
         missing = [m for m in names if m not in methods]
@@ -214,6 +218,7 @@ def check_differential(
     accepts_rebuilt_leases: bool = False,
     usable_after_close: bool = True,
     quarantine: Optional[bool] = None,
+    ack_and_claim: Optional[bool] = None,
 ) -> DifferentialSummary:
     """Drive ``make_transport(clock)`` and ``reference(clock)`` with ``ops``
     random operations from ``seed``; raise ``DifferentialFailure`` with a
@@ -228,7 +233,8 @@ def check_differential(
     reference = _reference_for(reference, accepts_rebuilt_leases, usable_after_close)
     caps = detect_capabilities(make_transport, reference, waiting=waiting, control_plane=control_plane,
                                batches=batches, forged_leases=forged_leases, foreign_leases=foreign_leases,
-                               clock_faults=clock_faults, quarantine=quarantine)._replace(usable_after_close=usable_after_close)
+                               clock_faults=clock_faults, quarantine=quarantine, ack_and_claim=ack_and_claim)
+    caps = caps._replace(usable_after_close=usable_after_close)
     harness = Harness(_sides(make_transport, reference, caps, names), preserves_identity=preserves_identity)
     generator = RandomOps(harness, seed, ops, caps=caps, groups=groups, single_level=single_level)
     recorded: Recorded = []
@@ -317,7 +323,7 @@ def render_script(trace: Sequence[Tuple[int, Op, List[Tuple[str, Any]]]], ops: R
         target = ""
         if last and op[0] in ("call", "attr", "len", "fault"):
             target = "result = "
-        elif (op[0] == "call" and op[1] in ("claim", "extend", "claim_many")
+        elif (op[0] == "call" and op[1] in LEASE_MAKERS
               and outcome[0] == "returns" and outcome[1] is not None):
             target = f"l{uid} = "
         managers = []

@@ -19,6 +19,11 @@ real leases.  A run is a sequence of *phases*:
   ``pause`` and ``group`` around them), when driven: poison messages buried
   and resumed or skipped, heads skipped in every state.
 
+``ack_and_claim``, when driven, comes in every phase but the four special
+ones: alone (a current, stale, forged or foreign lease, any floor), or as a
+worker's loop (a claim, then each lease acked with the next claim while
+there is one); its bad arguments and clock faults are among the others.
+
 About half of the runs use one priority level only (``single_level``), the
 case most users are in and the one a transport may optimise separately.
 Bad input of every row of the SPEC's table, forged and foreign leases, a
@@ -48,12 +53,15 @@ BATCHES = ("publish_many", "claim_many", "ack_many")
 #: methods of Part 4's quarantine; a transport without them runs exactly the
 #: streams it ran before they existed (nothing of them draws on the seed)
 QUARANTINE = ("bury", "skip", "peek")
+#: a job's ack and the next claim in one call; likewise, a transport without
+#: it runs exactly the streams it ran before it existed
+ACK_AND_CLAIM = ("ack_and_claim",)
 
 
 class Capabilities(NamedTuple):
     """What the transports under test promise (what is driven)."""
 
-    #: Part 2 and 4 methods to drive (a subset of CONTROL_PLANE + BATCHES + QUARANTINE)
+    #: Part 2 and 4 methods to drive (a subset of CONTROL_PLANE + BATCHES + QUARANTINE + ACK_AND_CLAIM)
     methods: FrozenSet[str] = frozenset()
     #: ``claim(timeout=...)`` and the ``closed`` attribute
     waiting: bool = False
@@ -175,6 +183,25 @@ BAD_CALLS: List[Tuple[Optional[str], str, Tuple[Any, ...], Tuple[Tuple[str, Any]
     ("peek", "peek", ("g0", "2"), ()),
     ("peek", "peek", ("g0", None), ()),
     ("peek", "peek", ("g1",), (("max_count", -(2**70)),)),
+    # ack_and_claim: the lease's type as ack checks it, then claim's three, in signature order
+    ("ack_and_claim", "ack_and_claim", (None, "w1", 1), ()),
+    ("ack_and_claim", "ack_and_claim", ((1, "a"), "w1", 1), ()),
+    ("ack_and_claim", "ack_and_claim", ("lease", "__parked__", -1, "x"), ()),
+    ("ack_and_claim", "ack_and_claim", (L, None, 1), ()),
+    ("ack_and_claim", "ack_and_claim", (L, 5, -1), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "__parked__", 1), ()),
+    ("ack_and_claim", "ack_and_claim", (L, Name("__parked__"), 1), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", "1"), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", False), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", -1), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", NAN), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", -(10**400)), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", -1, "x"), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", 1, 0.0), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", 1, True), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", 1, 2**64), ()),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", 1), (("min_priority", INT64_MIN - 1),)),
+    ("ack_and_claim", "ack_and_claim", (L, "w1", 1), (("min_priority", "0"),)),
 ]
 
 #: reasons a bury gives (a str subclass must come back as an exact str)
@@ -321,6 +348,8 @@ class RandomOps:
             inner.append(call("publish_many", Batch("list", (("g1", self.event()),))))
         if "ack_many" in methods and self.refs:
             inner.append(call("ack_many", Batch("list", (self.lease(),))))
+        if "ack_and_claim" in methods and self.refs:  # reads the clock before the currency
+            inner.append(call("ack_and_claim", self.lease(), "w1", 3, self.rng.choice([0, INT64_MIN])))
         return ("fault", self.rng.choice(FAULTS), self.rng.choice(inner))
 
     def misc(self) -> Iterator[Op]:
@@ -348,9 +377,14 @@ class RandomOps:
             yield call("stats")
 
     def _fenced(self, lease: Any) -> Op:
-        method = self.rng.choice(["ack", "nack", "extend"])
+        methods = ["ack", "nack", "extend"]
+        if "ack_and_claim" in self.caps.methods:
+            methods.append("ack_and_claim")
+        method = self.rng.choice(methods)
         if method == "ack":
             return call("ack", lease)
+        if method == "ack_and_claim":
+            return call("ack_and_claim", lease, "w2", self.rng.choice([0, 5]))
         return call(method, lease, self.rng.choice([0, 5]))
 
     def control(self) -> Op:
@@ -417,6 +451,41 @@ class RandomOps:
             leases.append(FOREIGN)
         return call("ack_many", Batch(rng.choice(["list", "list", "iter"]), tuple(leases)))
 
+    def ack_and_claim(self, lease: Any = None) -> Op:
+        """``ack_and_claim`` of ``lease`` (default: a recent lease, now and
+        then a forged or foreign one), with claim's arguments drawn as for a
+        claim."""
+        rng = self.rng
+        if lease is None:
+            roll = rng.random()
+            if roll < 0.06 and self.caps.forged:
+                lease = Forged(self.lease())
+            elif roll < 0.1 and self.caps.foreign:
+                lease = FOREIGN
+            else:
+                lease = self.lease()
+        worker = rng.choice(WORKERS)
+        visibility = self.pick(VISIBILITIES)
+        floor = rng.choice(self.floors)
+        if floor is OMIT:
+            return call("ack_and_claim", lease, worker, visibility)
+        if rng.random() < 0.2:
+            return call("ack_and_claim", lease, worker, visibility, min_priority=floor)
+        return call("ack_and_claim", lease, worker, visibility, floor)
+
+    def _worker_loop(self, left: int) -> Iterator[Op]:
+        """A worker's loop: a claim, then each lease acked with the next
+        claim, while a lease comes back (and the clock now and then moves)."""
+        rng = self.rng
+        yield self.claim()
+        for _ in range(min(left, rng.randint(1, 25))):
+            uid = self.h.next_uid - 1
+            if not self.h.results.get(uid):
+                return  # the last claim found nothing (or that was not a claim)
+            if rng.random() < 0.15:
+                yield ("advance", rng.choice(STEPS))  # the lease may run out (and be stale by the ack)
+            yield self.ack_and_claim(LeaseRef(uid))
+
     # -- phases ----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Op]:
@@ -470,20 +539,23 @@ class RandomOps:
         has_control = any(m in self.caps.methods for m in CONTROL_PLANE)
         has_batch = any(m in self.caps.methods for m in BATCHES)
         has_quarantine = any(m in self.caps.methods for m in QUARANTINE)
-        weights = {  # publish claim ack nack extend bad advance misc control batch quarantine
-            "fill": [60, 20, 5, 5, 2, 3, 2, 6, 2, 3, 2],
-            "drain": [5, 45, 30, 8, 4, 3, 3, 5, 2, 3, 3],
-            "churn": [25, 30, 20, 10, 6, 3, 2, 6, 5, 4, 4],
-            "time": [10, 30, 10, 10, 10, 3, 22, 6, 3, 2, 3],
-            "control": [20, 25, 15, 5, 3, 2, 5, 3, 25, 3, 3],
-            "batch": [10, 15, 10, 5, 3, 3, 5, 3, 5, 40, 2],
-            "quarantine": [18, 25, 10, 5, 3, 3, 6, 3, 4, 2, 30],
+        has_ack_and_claim = "ack_and_claim" in self.caps.methods
+        weights = {  # publish claim ack nack extend bad advance misc control batch quarantine ack_and_claim
+            "fill": [60, 20, 5, 5, 2, 3, 2, 6, 2, 3, 2, 3],
+            "drain": [5, 45, 30, 8, 4, 3, 3, 5, 2, 3, 3, 12],
+            "churn": [25, 30, 20, 10, 6, 3, 2, 6, 5, 4, 4, 8],
+            "time": [10, 30, 10, 10, 10, 3, 22, 6, 3, 2, 3, 6],
+            "control": [20, 25, 15, 5, 3, 2, 5, 3, 25, 3, 3, 3],
+            "batch": [10, 15, 10, 5, 3, 3, 5, 3, 5, 40, 2, 8],
+            "quarantine": [18, 25, 10, 5, 3, 3, 6, 3, 4, 2, 30, 3],
         }[phase]
         if not has_quarantine:  # the weight goes, the draws stay those of the streams before Part 4
-            weights = weights[:-1] + [0]
+            weights[10] = 0
+        if not has_ack_and_claim:  # likewise: a trailing zero weight changes no draw
+            weights[11] = 0
         for _ in range(min(left, rng.randint(30, 1500 if phase == "fill" else 600))):
             kind = rng.choices(["publish", "claim", "ack", "nack", "extend", "bad", "advance", "misc", "control",
-                                "batch", "quarantine"], weights)[0]
+                                "batch", "quarantine", "ack_and_claim"], weights)[0]
             if kind in ("ack", "nack", "extend") and not self.refs:
                 kind = "claim"
             if (kind == "control" and not has_control) or (kind == "batch" and not has_batch):
@@ -511,6 +583,11 @@ class RandomOps:
                 yield self.batch()
             elif kind == "quarantine":
                 yield self.quarantine()
+            elif kind == "ack_and_claim":
+                if self.refs and rng.random() < 0.6:
+                    yield self.ack_and_claim()
+                else:
+                    yield from self._worker_loop(left)
             else:
                 yield from self.misc()
 

@@ -34,7 +34,7 @@ from .._errors import LeaseLost, LeaseQueueError
 from ._clock import ManualClock
 from ._ops import FOREIGN, OMIT, Batch, ClockFault, Forged, LeaseRef, Op, op_refs, render_call
 
-__all__ = ["MAX_WAIT", "SKIPPED", "Disagreement", "Harness", "Side", "normalize"]
+__all__ = ["LEASE_MAKERS", "MAX_WAIT", "SKIPPED", "Disagreement", "Harness", "Side", "normalize"]
 
 #: the longest real-time wait a driven ``claim(timeout=...)`` may cost
 MAX_WAIT = 0.05
@@ -55,6 +55,9 @@ GROUP_FIELDS = ("group_id", "priority", "messages", "state", "paused", "head_seq
                 "attempt", "last_claimed_at", "reason")
 LEASE_FIELDS = ("seq", "group_id", "worker_id", "expires_at", "attempt")
 MESSAGE_FIELDS = ("seq", "event", "attempt")
+#: the methods whose results later operations name (``LeaseRef``): a lease
+#: (``claim``, ``extend``, ``ack_and_claim``) or a list of them (``claim_many``)
+LEASE_MAKERS = ("claim", "extend", "claim_many", "ack_and_claim")
 
 
 class Disagreement(AssertionError):
@@ -273,7 +276,7 @@ class Harness:
         method = op[1]
         if method == "close":
             self.closed = True
-        if method in ("claim", "extend", "claim_many") and raw[0][1] is not None:
+        if method in LEASE_MAKERS and raw[0][1] is not None:
             self.results[uid] = tuple(result for _, result in raw)
             stale = uid - self.window
             while self.results:

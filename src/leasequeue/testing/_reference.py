@@ -14,7 +14,8 @@ SPEC.md names and the choices of ``docs/decisions.md``:
 * the SPEC's bad-input table, each argument validated in signature order
   before the clock is read and before anything changes;
 * expiry applied, permanently, by the operations that read the clock for it
-  (``claim``, ``claim_many``, ``stats``, ``group``, ``groups``);
+  (``claim``, ``claim_many``, ``ack_and_claim``, ``stats``, ``group``,
+  ``groups``, ``skip``);
 * the transport's time never runs backwards: an operation that reads the
   clock acts at ``max(clock(), latest time used)``, and one that raises
   leaves that time alone;
@@ -26,7 +27,10 @@ SPEC.md names and the choices of ``docs/decisions.md``:
 * Part 4's quarantine: ``bury`` (the group waits, its head kept, until
   ``resume`` or ``skip``), ``skip`` (the head removed unless a live lease
   holds it), ``peek``, ``GroupInfo.reason`` and ``stats().buried``, with the
-  choices pinned in the "Part 4" section of ``docs/decisions.md``.
+  choices pinned in the "Part 4" section of ``docs/decisions.md``;
+* ``ack_and_claim``: ``ack`` then a non-waiting ``claim``, one clock reading
+  for both, nothing changed when the lease is not current (the
+  "ack_and_claim" section of ``docs/decisions.md``).
 
 It was written from the SPEC and the decisions, never from a transport's
 code, so that a differential test against it is a test against the contract
@@ -274,7 +278,12 @@ class ReferenceTransport:
 
     def _now(self) -> float:
         """Read the clock, apply expiry: what claim/stats/group do first."""
-        now = self._use(self._read_clock())
+        return self._expire(self._read_clock())
+
+    def _expire(self, reading: float) -> float:
+        """Act at ``reading`` (never before a time already used) and apply
+        expiry there; the time acted at."""
+        now = self._use(reading)
         for m in self._messages:
             if m["locked_by"] is not None and m["lock_expiry"] < now:
                 m["locked_by"] = None  # free again; expiry is permanent once seen
@@ -638,6 +647,29 @@ class ReferenceTransport:
             else:
                 self._ack(m)
         return lost
+
+    # -- ack_and_claim: a job's ack and the next claim in one call ----------------------
+
+    def ack_and_claim(
+        self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0
+    ) -> Optional[ReferenceLease]:
+        """``ack(lease)`` then a non-waiting ``claim``, literally, as one
+        operation: every argument checked first (the lease's type as ``ack``
+        checks it, the rest as ``claim`` does), the clock read once, then a
+        lease that is not current raises ``LeaseLost`` having changed
+        nothing; else the ack, then the claim at that same reading."""
+        lease = self._check_lease(lease)
+        worker_id = _check_worker(worker_id)
+        visibility = _check_duration(visibility, "visibility")
+        min_priority = _check_priority(min_priority, "min_priority")
+        self._usable()
+        reading = self._read_clock()
+        m = self._current(lease)
+        if m is None:
+            raise self._lost(lease)  # nothing acked, no time used, no expiry applied
+        self._ack(m)
+        now = self._expire(reading)
+        return self._claim(worker_id, visibility, min_priority, now)
 
     def __repr__(self) -> str:
         return f"<ReferenceTransport messages={len(self._messages)} groups={len(self._groups)}>"

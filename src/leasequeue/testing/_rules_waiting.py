@@ -126,10 +126,6 @@ BAD_TIMEOUTS = [
 class WaitingRules(ContractBase):
     """The waiting rules (see the module docstring)."""
 
-    def far(self) -> float:
-        """A timeout that does not end within a test (it must be woken)."""
-        return self.liveness_timeout * 3
-
     def waiter(
         self, transport: Any, clock: ContractClock, worker: str, min_priority: int = 0, kind: str = "thread"
     ) -> Waiter:
@@ -405,6 +401,8 @@ class WaitingRules(ContractBase):
                 lambda: transport.claim_many("w", 30, 2),
                 lambda: transport.ack_many([lease]),
             ]
+        if self.supports_ack_and_claim:
+            calls.append(lambda: transport.ack_and_claim(lease, "w", 30))
         for call in calls:
             with pytest.raises(LeaseQueueError):
                 call()

@@ -277,10 +277,10 @@ cdef class InMemoryTransport:
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``,
-    ``claim_many``, ``extend``, ``stats``, ``group``, ``groups`` and
-    ``nack(delay > 0)`` (and by ``publish``, ``ack``, ``nack(0)``,
-    ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` while a
-    claim waits for work), never while the transport's lock is held.  The
+    ``claim_many``, ``ack_and_claim``, ``extend``, ``stats``, ``group``,
+    ``groups``, ``skip`` and ``nack(delay > 0)`` (and by ``publish``,
+    ``ack``, ``nack(0)``, ``resume``, ``set_priority``, ``publish_many`` and
+    ``ack_many`` while a claim waits for work), never while the transport's lock is held.  The
     transport's time never runs backwards: an operation whose clock reading
     is older than a time an earlier operation used (a racing thread, or a
     clock turned back) uses that later time instead.  Every method is atomic
@@ -1210,6 +1210,72 @@ cdef class InMemoryTransport:
             self._serve_waiters(0.0, 0)
         return out
 
+    def ack_and_claim(
+        self, lease: Lease, worker_id: str, visibility: float, min_priority: int = 0
+    ) -> Optional[Lease]:
+        """``ack(lease)`` then ``claim(worker_id, visibility, min_priority)``, as one operation.
+
+        Every argument is checked first (as ``ack`` and ``claim`` check
+        them), then the clock is read once, then, under one lock: a lease
+        that is not current raises ``LeaseLost`` and nothing changes (no
+        ack, no claim); else the message is acked exactly as ``ack`` does
+        and the claim runs at that ``now`` exactly as ``claim`` does (expiry
+        first; the group just acked may be the one served, when it is the
+        eligible group claimed least recently).  Returns the claim's
+        ``Lease``, or ``None`` when no group is eligible (the ack stands).
+        Never waits; waiting claims are served from what the claim leaves.
+        The acked event is released after the lock.
+        """
+        cdef str wid
+        cdef double vis, now, expires_at = 0.0
+        cdef int64_t minp
+        cdef int rc = _OK
+        cdef bint acked = 0, claimed = 0
+        cdef Py_ssize_t kept = 0, i
+        cdef PyObject *spent[2]      # the event and maybe a group id (owned): dropped after the lock
+        cdef Claimed taken
+        cdef object result = None
+        _check_lease(lease)
+        if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
+            wid = <str>worker_id
+        else:
+            wid = _check_worker(worker_id)
+        vis = _check_duration(visibility, "visibility")
+        minp = _priority(min_priority, "min_priority")
+        now = self._read_clock()
+        lq_lock(&self._lock)
+        try:
+            # Room for the claim's expiry entry first: a MemoryError changes nothing.
+            if expiry_make_room(&self._expiry) != _OK:
+                rc = _NOMEM
+            else:
+                acked = self._ack_current(<Lease>lease, spent, &kept)
+                if acked:
+                    if now < self._time:
+                        now = self._time
+                    else:
+                        self._time = now
+                    if expiry_due(&self._expiry, now):
+                        self._expire(now)
+                    expires_at = now + vis
+                    claimed = self._claim_next(<PyObject *>wid, now, expires_at, minp, &taken)
+                    if messages_sparse(&self._messages):
+                        self._compact_messages()
+        finally:
+            lq_unlock(&self._lock)
+        if rc != _OK:
+            raise MemoryError()
+        if not acked:
+            raise LeaseLost(_lost_message(<Lease>lease))
+        for i in range(kept):
+            Py_XDECREF(spent[i])  # the event's __del__ may run here, outside the lock
+        if claimed:  # the lease takes the claim's references (an error here drops them)
+            result = _issue(taken.seq, lq_steal(taken.group_id), lq_steal(taken.event), wid, expires_at,
+                            taken.attempt, self._owner, taken.slot)
+        if self._wq.count:  # served from what the claim left (the ack's next message, expiries)
+            self._serve_waiters(now, 1)
+        return result
+
     def __len__(self) -> int:
         """Messages held: ready + leased + parked."""
         cdef int64_t n
@@ -1481,8 +1547,9 @@ cdef class InMemoryTransport:
     cdef bint _claim_next(
         self, PyObject *wid, double now, double expires_at, int64_t minp, Claimed *out,
     ) noexcept:
-        """One claim of ``claim_many`` (expiry applied, room made): records
-        the message leased in ``out``; false when no group is eligible."""
+        """One claim of ``claim_many`` or ``ack_and_claim`` (expiry applied,
+        room made): records the message leased in ``out``; false when no
+        group is eligible."""
         cdef int32_t lv = ready_best(&self._ready, minp), slot
         cdef Group *g
         if lv < 0:
@@ -1509,7 +1576,7 @@ cdef class InMemoryTransport:
         return 1
 
     cdef inline bint _ack_current(self, Lease lease, PyObject **spent, Py_ssize_t *kept) noexcept:
-        """One ack of ``ack_many``: false if the lease is not current.  The
+        """One ack of ``ack_many`` (or ``ack_and_claim``): false if the lease is not current.  The
         event (and the id of a group forgotten) go to ``spent[kept[0]...]``
         (owned references), dropped by the caller after the lock."""
         cdef int32_t slot = self._current(lease)

@@ -611,10 +611,10 @@ class InMemoryTransport:
 
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``,
-    ``claim_many``, ``extend``, ``stats``, ``group``, ``groups`` and
-    ``nack(delay > 0)`` (and by ``publish``, ``ack``, ``nack(0)``,
-    ``resume``, ``set_priority``, ``publish_many`` and ``ack_many`` while a
-    claim waits for work), never while the transport's lock is held.  The
+    ``claim_many``, ``ack_and_claim``, ``extend``, ``stats``, ``group``,
+    ``groups``, ``skip`` and ``nack(delay > 0)`` (and by ``publish``,
+    ``ack``, ``nack(0)``, ``resume``, ``set_priority``, ``publish_many`` and
+    ``ack_many`` while a claim waits for work), never while the transport's lock is held.  The
     transport's time never runs backwards: an operation whose clock reading
     is older than a time an earlier operation used (a racing thread, or a
     clock turned back) uses that later time instead.  Every method is atomic
@@ -1322,6 +1322,61 @@ class InMemoryTransport:
             self._serve_waiters(None)
         return lost
 
+    def ack_and_claim(
+        self, lease: Lease, worker_id: str, visibility: float, min_priority: int = 0
+    ) -> Optional[Lease]:
+        """``ack(lease)`` then ``claim(worker_id, visibility, min_priority)``, as one operation.
+
+        Every argument is checked first (as ``ack`` and ``claim`` check
+        them), then the clock is read once, then, under one lock: a lease
+        that is not current raises ``LeaseLost`` and nothing changes (no
+        ack, no claim); else the message is acked exactly as ``ack`` does
+        and the claim runs at that ``now`` exactly as ``claim`` does (expiry
+        first; the group just acked may be the one served, when it is the
+        eligible group claimed least recently).  Returns the claim's
+        ``Lease``, or ``None`` when no group is eligible (the ack stands).
+        Never waits; waiting claims are served from what the claim leaves.
+        The acked event is released after the lock.
+        """
+        if type(lease) is not Lease:
+            _check_lease(lease)
+        if type(worker_id) is not str or worker_id == PARKED:
+            worker_id = _check_worker(worker_id)
+        if type(visibility) is not float or not visibility >= 0.0:
+            visibility = _check_duration(visibility, "visibility")
+        if type(min_priority) is not int or not _INT64_MIN <= min_priority <= _INT64_MAX:
+            min_priority = _check_priority(min_priority, "min_priority")
+        now = self._clock()
+        if type(now) is not float or now - now != 0.0:
+            now = _check_time(now)
+        spent: Any = None  # the acked (seq, event): dropped after the lock is released
+        taken: Optional[Tuple[int, str, Any, int]] = None
+        with self._lock:
+            if self._busy:
+                raise _reentered("ack_and_claim")
+            self._busy = True
+            try:
+                group = self._current(lease)
+                if group is not None:
+                    spent = self._ack_current(group)  # a MemoryError here: nothing changed
+                    try:
+                        now = self._advance(now)
+                        expires_at = now + visibility
+                        taken = self._claim_next(worker_id, expires_at, min_priority, now)
+                    except MemoryError:
+                        taken = None  # the ack stands; the claim found nothing (docs/decisions.md)
+            finally:
+                self._settle()
+        if group is None:
+            raise LeaseLost(_lost_message(lease))
+        del spent  # the event's __del__ may run here, outside the lock
+        if self._nwaiting:  # served from what the claim left (the ack's next message, expiries)
+            self._serve_waiters(now)
+        if taken is None:
+            return None
+        seq, group_id, event, attempt = taken
+        return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner)
+
     def __copy__(self) -> "InMemoryTransport":
         raise TypeError("an InMemoryTransport cannot be copied")
 
@@ -1525,8 +1580,8 @@ class InMemoryTransport:
     def _claim_next(
         self, worker_id: str, expires_at: float, min_priority: int, now: float
     ) -> Optional[Tuple[int, str, Any, int]]:
-        """One claim of ``claim_many`` (expiry applied): ``(seq, group_id,
-        event, attempt)`` of the message leased, or None."""
+        """One claim of ``claim_many`` or ``ack_and_claim`` (expiry applied):
+        ``(seq, group_id, event, attempt)`` of the message leased, or None."""
         entry = self._find(min_priority)
         if entry is None:
             return None
@@ -1563,8 +1618,9 @@ class InMemoryTransport:
         return spent
 
     def _ack_current(self, group: _Group) -> Tuple[int, Any]:
-        """``ack`` of the current delivery of ``group``: returns the spent
-        ``(seq, event)``, which the caller drops after the lock."""
+        """``ack`` of the current delivery of ``group`` (for ``ack_many``,
+        ``ack_and_claim``, ``skip``): returns the spent ``(seq, event)``,
+        which the caller drops after the lock."""
         messages = group.messages
         head = group.head + 1
         if head < len(messages) and group.ready_key is None and not group.paused:

@@ -1160,6 +1160,57 @@ class SQLiteTransport:
             call_all(wakes)
         return lost
 
+    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
+        """``ack(lease)`` then a non-waiting ``claim``, in one transaction (one
+        commit) at one clock reading.
+
+        ``LeaseLost`` (nothing acked, nothing claimed) if the lease is not
+        current.  Returns the claim's lease, or ``None`` when no group is
+        eligible (the ack stands).  Waiting claims, in this process or
+        another, are woken for what the claim leaves, as after an ack or a
+        claim.
+        """
+        if type(lease) not in _LEASE_TYPES:
+            _check_lease(lease)
+        if type(worker_id) is not str or worker_id == PARKED:
+            worker_id = check_worker(worker_id)
+        visibility = check_duration(visibility, "visibility")
+        if type(min_priority) is not int or not INT64_MIN <= min_priority <= INT64_MAX:
+            min_priority = check_priority(min_priority, "min_priority")
+        now = self._now()
+        key = _lease_key(lease)
+        rows: List[Tuple[Any, ...]] = []
+        wakes: List[Callable[[], None]] = []
+        done = False
+        with self._lock:
+            cur = self._cursor()
+            if key is not None:
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                    done = cur.execute(_Q["ack"], key).rowcount == 1
+                    if done:
+                        rows = self._claim_rows(cur, worker_id, visibility, min_priority, now, 1)
+                        if self._queue.waiters:
+                            # the acked group's next message, if the claim left it; then expiries
+                            wakes = self._signal_if_ready(cur, key[0])
+                            wakes += self._topup_in(cur)
+                    cur.execute("COMMIT" if done else "ROLLBACK")
+                except BaseException as exc:
+                    self._abort(exc)
+            if not done:
+                raise _lost(lease)
+        if not rows and not wakes:
+            return None
+        try:
+            if wakes:
+                call_all(wakes)
+            return self._lease(rows[0], worker_id) if rows else None
+        except EventDecodeError:
+            raise  # the claim stands: the error carries its lease
+        except BaseException:
+            self._unclaim(rows, worker_id)  # interrupted before the caller got the lease (the ack stands)
+            raise
+
     # ------------------------------------------------------------ Part 2: waiting
 
     def _attempt(self, worker_id: str, visibility: float, floor: int, waiter: Waiter, now: float) -> Any:
