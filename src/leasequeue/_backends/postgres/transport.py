@@ -955,30 +955,6 @@ class PostgresTransport:
             lost_at.extend(keyed[int(r[0]) - 1][0] for r in rows)
         return [leases[pos] for pos in sorted(lost_at)]
 
-    # TEMPORARY: replaced by branch pgaac
-    def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
-        """``ack(lease)`` then a non-waiting ``claim`` at one clock reading
-        (``LeaseLost``, nothing claimed, if the lease is not current);
-        returns the claim's lease or ``None``.
-
-        For now two statements, two commits: the ack, then the claim (an
-        error between them leaves the ack done).
-        """
-        # TEMPORARY: replaced by branch pgaac.  The contract's order: every
-        # argument first, then (closed: LeaseQueueError) the clock, read once
-        # and handed to the claim, then the ack, whose LeaseLost stops it.
-        check_lease(lease)
-        worker_id = check_worker(worker_id)
-        visibility = check_duration(visibility, "visibility")
-        min_priority = check_priority(min_priority, "min_priority")
-        now = self._now("ack_and_claim")
-        self.ack(lease)
-        rows = self._execute(
-            "ack_and_claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, now, 1, False, None)
-        )
-        leases = self._leases(rows, worker_id, visibility)
-        return leases[0] if leases else None
-
 
 def _info(row: Tuple[Any, ...]) -> GroupInfo:
     group_id, priority, messages, paused, lock_state, head_seq, worker, expires_at, attempt, last, reason = row
