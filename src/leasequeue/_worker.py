@@ -758,6 +758,8 @@ class Worker:
         wid = f"{self.worker_id}/{index}"
         vis, floor = self.visibility, self.min_priority
         claim, ack, handler = t.claim, t.ack, self.handler
+        # A transport written before ack_and_claim (0.5) is served by ack + claim.
+        ack_and_claim = getattr(t, "ack_and_claim", None)
         current = self._current
         mine = self._slot_counts[index]
         max_attempts = self.retry.max_attempts
@@ -773,6 +775,7 @@ class Worker:
                 while lease is not None:
                     job = Job(self, lease)
                     current[index] = job
+                    following: Any = _STOP  # the next lease, when the ack already claimed it
                     if plain and lease.attempt <= max_attempts:
                         # The fast path: no hooks, no metrics, the handler returns.
                         mine[0] += 1  # started
@@ -784,16 +787,35 @@ class Worker:
                             job._finished = True
                             if not job.lost:
                                 try:
-                                    ack(job.lease)
+                                    if ack_and_claim is None or self._stopping:
+                                        ack(job.lease)
+                                    else:
+                                        # One call (one commit on PostgreSQL): the ack and the next claim.
+                                        following = ack_and_claim(job.lease, wid, vis, floor)
+                                except LeaseLost as exc:
+                                    self._failed(job, exc)  # nothing acked, nothing claimed
                                 except Exception as exc:
-                                    self._failed(job, exc)
+                                    from ._serializers import EventDecodeError  # loaded by any decoding backend
+
+                                    if isinstance(exc, EventDecodeError):
+                                        # The ack stood; the claim's message does not decode (its
+                                        # lease runs out, as a failed claim's would).
+                                        mine[1] += 1
+                                        self.logger.error("claim failed (%s)", _error_name(exc))
+                                    else:
+                                        self._failed(job, exc)
                                 else:
                                     mine[1] += 1  # succeeded
                     else:
                         self._run_job(job, None, index)
                     current[index] = None
                     if self._stopping:
+                        if following is not _STOP and following is not None:
+                            self._handback(following)  # claimed as the stop came
                         break
+                    if following is not _STOP:
+                        lease = following
+                        continue
                     try:
                         lease = claim(wid, vis, floor)
                     except Exception as exc:

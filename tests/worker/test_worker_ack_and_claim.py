@@ -1,0 +1,204 @@
+"""The thread runner's fast path acks a job and claims the next in one call
+(``ack_and_claim``: one commit per job on PostgreSQL), on every transport;
+a transport without it is served by ``ack`` + ``claim``; a stop that comes
+as the call returns hands the claimed lease back; a next message that does
+not decode leaves the ack counted.  Real threads, real files, the real
+server; the transports are wrapped only to count their calls."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import sqlite3
+import threading
+import time
+from typing import Any, Callable, Dict, List
+
+import pytest
+from worker_helpers import wait_until
+
+from leasequeue import Job, Worker
+
+COUNTED = ("ack", "ack_and_claim", "claim", "claim_many", "aclaim", "nack")
+
+
+class Counting:
+    """A transport with every call passed through; it counts the settling
+    ones, hides the names in ``hide``, and runs ``after[name]()`` once a
+    call of that name returned."""
+
+    def __init__(self, t: Any, hide: tuple = (), after: Dict[str, Callable[[Any], None]] = None) -> None:
+        self._t = t
+        self._hide = hide
+        self._after = after or {}
+        self._lock = threading.Lock()
+        self.calls: Dict[str, int] = collections.Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._hide:
+            raise AttributeError(name)
+        attr = getattr(self._t, name)
+        if name not in COUNTED:
+            return attr
+        after = self._after.get(name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.calls[name] += 1
+            result = attr(*args, **kwargs)
+            if after is not None:
+                after(result)
+            return result
+
+        return counted
+
+
+def publish(t: Any, groups: int, per_group: int) -> None:
+    for i in range(per_group):
+        for g in range(groups):
+            t.publish(f"g{g}", (f"g{g}", i))
+
+
+def run_all(w: Worker, start: Any, seen: List[Any], total: int) -> None:
+    running = start(w, "threads")
+    wait_until(lambda: w.counts["succeeded"] == total, timeout=60)
+    running.stop()
+    assert len(seen) == total
+
+
+def test_the_fast_path_acks_and_claims_in_one_call(backend: Any, start: Any) -> None:
+    """One slot: after the runner's first claim, every job's ack is also the
+    next job's claim; the last call finds nothing.  No lone ack is sent, and
+    every job ran once, in group order."""
+    t = backend.make()
+    publish(t, 3, 5)
+    counting = Counting(t)
+    seen: List[Any] = []
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    run_all(w, start, seen, 15)
+    assert counting.calls["ack_and_claim"] == 15 and counting.calls["ack"] == 0
+    for g in range(3):
+        assert [i for gid, i in seen if gid == f"g{g}"] == list(range(5))
+    assert len(t) == 0 and t.stats().leased == 0
+
+
+def test_a_transport_without_ack_and_claim_gets_ack_then_claim(backend: Any, start: Any) -> None:
+    """A transport written before ack_and_claim: the worker acks, then claims."""
+    t = backend.make()
+    publish(t, 2, 4)
+    counting = Counting(t, hide=("ack_and_claim",))
+    seen: List[Any] = []
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    run_all(w, start, seen, 8)
+    assert counting.calls["ack"] == 8 and counting.calls["ack_and_claim"] == 0
+    assert counting.calls["claim"] >= 7  # the slot's claims after each ack
+    assert len(t) == 0
+
+
+def test_the_hooks_path_acks_alone(inmemory: Any, start: Any) -> None:
+    """With a hook the general path records the outcome: ack, then claim."""
+    t = inmemory.make()
+    publish(t, 1, 3)
+    counting = Counting(t)
+    seen: List[Any] = []
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    w.on("succeeded", lambda job, error: None)
+    run_all(w, start, seen, 3)
+    assert counting.calls["ack"] == 3 and counting.calls["ack_and_claim"] == 0
+
+
+def test_a_stop_as_ack_and_claim_returns_hands_the_claimed_lease_back(backend: Any, start: Any) -> None:
+    """The stop comes while ack_and_claim runs: the lease it claimed is not
+    run, and it is handed back (free again, its delivery counted), not left
+    leased until it runs out."""
+    t = backend.make()
+    publish(t, 1, 3)
+    holder: List[Worker] = []
+    counting = Counting(t, after={"ack_and_claim": lambda result: holder[0].stop()})
+    seen: List[Any] = []
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    holder.append(w)
+    running = start(w, "threads")
+    running.join(30)
+    assert seen == [("g0", 0)]
+    assert w.counts["succeeded"] == 1 and w.counts["handed_back"] == 1
+    assert t.stats().leased == 0 and len(t) == 2
+    lease = t.claim("check", 30.0)
+    assert (lease.event, lease.attempt) == (("g0", 1), 2)
+
+
+def test_a_job_that_ends_after_stop_is_acked_alone(backend: Any, start: Any) -> None:
+    """stop() came while the handler ran: its job is acked with a lone ack,
+    and the next message is not claimed (never delivered, nothing to hand
+    back)."""
+    t = backend.make()
+    publish(t, 1, 2)
+    holder: List[Worker] = []
+    counting = Counting(t)
+    seen: List[Any] = []
+
+    def handler(job: Job) -> None:
+        seen.append(job.event)
+        holder[0].stop()
+
+    w = Worker(counting, handler, concurrency=1, visibility=30.0)
+    holder.append(w)
+    start(w, "threads").join(30)
+    assert seen == [("g0", 0)] and w.counts["succeeded"] == 1 and w.counts["handed_back"] == 0
+    assert counting.calls["ack"] == 1 and counting.calls["ack_and_claim"] == 0
+    lease = t.claim("check", 30.0)
+    assert (lease.event, lease.attempt) == (("g0", 1), 1)
+
+
+def test_an_undecodable_next_message_leaves_the_ack_counted(sqlite_backend: Any, start: Any,
+                                                           caplog: Any) -> None:
+    """The ack stood and the claim's message does not decode: the job counts
+    as succeeded, the failed claim is logged, and the undecodable message
+    stays leased until its lease runs out (as after a failed claim)."""
+    t = sqlite_backend.make()
+    publish(t, 1, 2)
+    with sqlite3.connect(sqlite_backend.path) as db:
+        assert db.execute("UPDATE lq_messages SET event = x'ff00' WHERE seq = 2").rowcount == 1
+    counting = Counting(t)
+    seen: List[Any] = []
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    with caplog.at_level(logging.ERROR, logger="leasequeue.worker"):
+        running = start(w, "threads")
+        wait_until(lambda: w.counts["succeeded"] == 1 and counting.calls["ack_and_claim"] == 1, timeout=30)
+        time.sleep(0.05)
+        running.stop()
+    assert seen == [("g0", 0)] and w.counts["succeeded"] == 1
+    assert counting.calls["ack"] == 0
+    assert any("claim failed (EventDecodeError" in r.getMessage() for r in caplog.records), caplog.text
+    info = t.group("g0")
+    assert (info.state, info.head_seq, info.attempt, info.messages) == ("leased", 2, 1, 1)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_ack_and_claim_keeps_groups_exclusive(backend: Any, start: Any, concurrency: int) -> None:
+    """The claims ack_and_claim makes are claims like any other: never two
+    jobs of one group at once, each group in order, across slots."""
+    t = backend.make()
+    publish(t, 4, 6)
+    lock = threading.Lock()
+    active: Dict[str, int] = collections.Counter()
+    overlaps: List[str] = []
+    seen: List[Any] = []
+
+    def handler(job: Job) -> None:
+        with lock:
+            if active[job.group_id]:
+                overlaps.append(job.group_id)
+            active[job.group_id] += 1
+        time.sleep(0.001)
+        with lock:
+            active[job.group_id] -= 1
+            seen.append(job.event)
+
+    counting = Counting(t)
+    w = Worker(counting, handler, concurrency=concurrency, visibility=30.0)
+    run_all(w, start, seen, 24)
+    assert not overlaps
+    for g in range(4):
+        assert [i for gid, i in seen if gid == f"g{g}"] == list(range(6))
+    assert counting.calls["ack_and_claim"] >= 1
