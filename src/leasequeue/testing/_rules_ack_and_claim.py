@@ -83,7 +83,7 @@ _EQUIVALENCE = [
 BAD_ROWS: List[Any] = []
 
 
-def _row(id: str, call: Call, error: Any) -> None:
+def _row(id: str, call: Callable[..., Any], error: Any) -> None:
     BAD_ROWS.append(pytest.param(call, error, id=id))
 
 
@@ -97,7 +97,8 @@ def _build_rows() -> None:
     _row("worker_id-parked-sentinel", lambda t, l: t.ack_and_claim(l["current"], "__parked__", 10), ValueError)
     for name, bad in (("str", "10"), ("true", True), ("none", None), ("decimal", Decimal(1))):
         _row(f"visibility-{name}", lambda t, l, bad=bad: t.ack_and_claim(l["current"], "w", bad), TypeError)
-    for name, bad in (("-1", -1), ("nan", NAN), ("-inf", -math.inf), ("-huge-int", -(10**400))):
+    for name, bad in (("-1", -1), ("-tiny", -1e-300), ("-half", -0.5), ("nan", NAN), ("-inf", -math.inf),
+                      ("-huge-int", -(10**400))):
         _row(f"visibility-{name}", lambda t, l, bad=bad: t.ack_and_claim(l["current"], "w", bad), ValueError)
     for name, bad in (("float", 1.0), ("str", "1"), ("true", True), ("none", None)):
         _row(f"min_priority-{name}", lambda t, l, bad=bad: t.ack_and_claim(l["current"], "w", 10, bad), TypeError)
@@ -187,7 +188,7 @@ class AckAndClaimRules(ContractBase):
             transport.publish("g", f"g{i + 1}")
         transport.publish("low", "below the floor", priority=-5)
         lease = transport.claim("w", 30)
-        seen = []
+        seen: List[Any] = []
         while lease is not None and len(seen) < 10:
             seen.append((lease.group_id, lease.seq, lease.attempt))
             lease = transport.ack_and_claim(lease, "w", 30)
@@ -207,7 +208,7 @@ class AckAndClaimRules(ContractBase):
         transport.publish("z", "z2")
         transport.ack(z)
         lease = transport.claim("w", 30)
-        seen = []
+        seen: List[Any] = []
         while lease is not None and len(seen) < 10:
             seen.append(lease.event)
             lease = transport.ack_and_claim(lease, "w", 30)
