@@ -293,13 +293,14 @@ class AckAndClaimRules(ContractBase):
         return out
 
     @requires("supports_ack_and_claim", ACK_AND_CLAIM)
-    @pytest.mark.parametrize("kind", ["forged", "foreign"])
+    @pytest.mark.parametrize("kind", ["forged", "foreign", "fields-of-the-wrong-type"])
     def test_ack_and_claim_of_a_forged_or_foreign_lease_changes_nothing(
         self, new_transport: MakeTransport, kind: str
     ) -> None:
         """A lease built by hand, or issued by another transport: never
         current (with ``accepts_rebuilt_leases``: one whose fields name no
-        open delivery here), so ``LeaseLost`` and nothing changed."""
+        open delivery here, or are not an exact ``int``/``str``), so
+        ``LeaseLost`` and nothing changed."""
         clocks = [ContractClock(), ContractClock()]
         subject, control, other = (new_transport(c) for c in (*clocks, ContractClock()))
         for t in (subject, control, other):
@@ -312,9 +313,10 @@ class AckAndClaimRules(ContractBase):
         theirs = other.claim(worker, 30)
         if kind == "foreign":
             lease = theirs
-        else:
-            fields = (mine.seq, mine.group_id, mine.event, worker, mine.expires_at, mine.attempt)
-            lease = type(mine)(*fields)
+        elif kind == "forged":
+            lease = type(mine)(mine.seq, mine.group_id, mine.event, worker, mine.expires_at, mine.attempt)
+        else:  # the open delivery's fields, but its seq a str
+            lease = type(mine)(str(mine.seq), mine.group_id, mine.event, mine.worker_id, mine.expires_at, mine.attempt)
         with pytest.raises(LeaseLost):
             subject.ack_and_claim(lease, "w", 30)
         assert self.observe(subject) == self.observe(control)
