@@ -141,7 +141,8 @@ def test_locked_past_the_busy_timeout(tmp_path: Any) -> None:
         other.execute("BEGIN IMMEDIATE")
         try:
             for call in (lambda: t.publish("c", 3), lambda: t.claim("w", 10), lambda: t.ack(lease),
-                         lambda: t.stats(), lambda: t.pause("a"), lambda: t.publish_many([("d", 4)])):
+                         lambda: t.stats(), lambda: t.pause("a"), lambda: t.publish_many([("d", 4)]),
+                         lambda: t.ack_and_claim(lease, "w", 10)):
                 with pytest.raises(LeaseQueueError, match="locked"):
                     call()
             assert len(t) == 2  # reads still work in WAL mode
@@ -274,6 +275,15 @@ def test_an_undecodable_event_stays_leased(tmp_path: Any) -> None:
             t.claim_many("w", 10, 5)
         assert [x.seq for x in info.value.leases] == [2, 3]  # the whole batch, claimed
         assert t.ack_many(info.value.leases) == []
+        t.publish("c", 3)
+        t.publish("c", 4)
+        with pytest.raises(EventDecodeError) as first:
+            t.claim("w", 10)
+        with pytest.raises(EventDecodeError) as second:
+            t.ack_and_claim(first.value.lease, "w", 10)  # the ack and the claim stand
+        assert second.value.lease.seq == 5 and t.stats() == (1, 1, 1, 0, 0, 0)
+        assert t.ack_and_claim(second.value.lease, "w", 10) is None
+        assert len(t) == 0
 
 
 # -- leases ----------------------------------------------------------------------------------

@@ -277,3 +277,50 @@ def test_an_interrupt_after_the_commit_leaves_nothing_leased(tmp_path: Any, how:
         assert t.group("b").last_claimed_at is None and t.group("c").last_claimed_at is None
         leases = t.claim_many("w", 30, 3)
         assert [(x.group_id, x.attempt) for x in leases] == [("b", 1), ("c", 1)]
+
+
+# -- ack_and_claim ----------------------------------------------------------------------------
+
+
+def test_a_waiter_on_another_connection_gets_what_ack_and_claim_leaves(tmp_path: Any) -> None:
+    """Another connection (as another process would) notices the commit of an
+    ack_and_claim as any: the caller's next message stays the caller's, and
+    a next message its claim did not take wakes the other's waiting claim."""
+    clock = ManualClock()
+    path = tmp_path / "q.db"
+    with SQLiteTransport(path, clock=clock) as t, SQLiteTransport(path, clock=clock) as other:
+        for i in range(3):
+            t.publish("g", i)
+        lease = t.claim("w", 30)
+        [waiting] = start_waiting(other)
+        got = t.ack_and_claim(lease, "w", 30)
+        assert (got.seq, got.worker_id) == (2, "w")
+        time.sleep(0.3)  # the other's watcher saw that commit: its claim looked, found nothing
+        assert waiting.result == "pending"
+        assert t.ack_and_claim(got, "w", 30, min_priority=2**62) is None  # leaves seq 3
+        woken = waiting.join()
+        assert (woken.seq, woken.worker_id) == (3, "w0")
+
+
+def test_an_interrupt_after_ack_and_claim_commits_undoes_its_claim_only(tmp_path: Any) -> None:
+    """ack_and_claim committed, then its caller was interrupted before it had
+    the lease (while the event was deserialized): the claim is undone
+    exactly, the ack stands."""
+    from leasequeue import LeaseLost
+
+    armed = [False]
+    with SQLiteTransport(tmp_path / "q.db", clock=ManualClock(), serializer=interrupting_serializer(armed)) as t:
+        t.publish("a", 1)
+        t.publish("a", 2)
+        t.publish("b", 3)
+        lease = t.claim("x", 30)
+        armed[0] = True
+        with pytest.raises(Interrupt):
+            t.ack_and_claim(lease, "w", 30)  # acks a's first message, claims b
+        assert not armed[0], "the interrupt did not happen"
+        assert t.stats() == (2, 2, 0, 0, 0, 0)
+        assert t.group("b").last_claimed_at is None
+        with pytest.raises(LeaseLost):
+            t.ack(lease)
+        leases = t.claim_many("w", 30, 3)
+        assert [(x.group_id, x.seq, x.attempt) for x in leases] == [("b", 3, 1), ("a", 2, 1)]

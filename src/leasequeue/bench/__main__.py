@@ -26,7 +26,7 @@ def main(argv: Sequence[str]) -> int:
         if argv[6:] == ["ack_and_claim"]:
             callgrind_child(*head, ack_and_claim=True)
         else:
-            callgrind_child(*head, *map(int, argv[6:]))
+            callgrind_child(*head, int(argv[6]) if argv[6:] else 0)
         return 0
     sys.stderr.write("internal entry point; use: python -m leasequeue bench\n")
     return 2

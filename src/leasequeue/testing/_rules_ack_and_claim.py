@@ -83,7 +83,7 @@ _EQUIVALENCE = [
 BAD_ROWS: List[Any] = []
 
 
-def _row(id: str, call: Call, error: Any) -> None:
+def _row(id: str, call: Callable[..., Any], error: Any) -> None:
     BAD_ROWS.append(pytest.param(call, error, id=id))
 
 
@@ -97,7 +97,8 @@ def _build_rows() -> None:
     _row("worker_id-parked-sentinel", lambda t, l: t.ack_and_claim(l["current"], "__parked__", 10), ValueError)
     for name, bad in (("str", "10"), ("true", True), ("none", None), ("decimal", Decimal(1))):
         _row(f"visibility-{name}", lambda t, l, bad=bad: t.ack_and_claim(l["current"], "w", bad), TypeError)
-    for name, bad in (("-1", -1), ("nan", NAN), ("-inf", -math.inf), ("-huge-int", -(10**400))):
+    for name, bad in (("-1", -1), ("-tiny", -1e-300), ("-half", -0.5), ("nan", NAN), ("-inf", -math.inf),
+                      ("-huge-int", -(10**400))):
         _row(f"visibility-{name}", lambda t, l, bad=bad: t.ack_and_claim(l["current"], "w", bad), ValueError)
     for name, bad in (("float", 1.0), ("str", "1"), ("true", True), ("none", None)):
         _row(f"min_priority-{name}", lambda t, l, bad=bad: t.ack_and_claim(l["current"], "w", 10, bad), TypeError)
@@ -187,7 +188,7 @@ class AckAndClaimRules(ContractBase):
             transport.publish("g", f"g{i + 1}")
         transport.publish("low", "below the floor", priority=-5)
         lease = transport.claim("w", 30)
-        seen = []
+        seen: List[Any] = []
         while lease is not None and len(seen) < 10:
             seen.append((lease.group_id, lease.seq, lease.attempt))
             lease = transport.ack_and_claim(lease, "w", 30)
@@ -207,7 +208,7 @@ class AckAndClaimRules(ContractBase):
         transport.publish("z", "z2")
         transport.ack(z)
         lease = transport.claim("w", 30)
-        seen = []
+        seen: List[Any] = []
         while lease is not None and len(seen) < 10:
             seen.append(lease.event)
             lease = transport.ack_and_claim(lease, "w", 30)
@@ -292,13 +293,14 @@ class AckAndClaimRules(ContractBase):
         return out
 
     @requires("supports_ack_and_claim", ACK_AND_CLAIM)
-    @pytest.mark.parametrize("kind", ["forged", "foreign"])
+    @pytest.mark.parametrize("kind", ["forged", "foreign", "fields-of-the-wrong-type"])
     def test_ack_and_claim_of_a_forged_or_foreign_lease_changes_nothing(
         self, new_transport: MakeTransport, kind: str
     ) -> None:
         """A lease built by hand, or issued by another transport: never
         current (with ``accepts_rebuilt_leases``: one whose fields name no
-        open delivery here), so ``LeaseLost`` and nothing changed."""
+        open delivery here, or are not an exact ``int``/``str``), so
+        ``LeaseLost`` and nothing changed."""
         clocks = [ContractClock(), ContractClock()]
         subject, control, other = (new_transport(c) for c in (*clocks, ContractClock()))
         for t in (subject, control, other):
@@ -311,9 +313,10 @@ class AckAndClaimRules(ContractBase):
         theirs = other.claim(worker, 30)
         if kind == "foreign":
             lease = theirs
-        else:
-            fields = (mine.seq, mine.group_id, mine.event, worker, mine.expires_at, mine.attempt)
-            lease = type(mine)(*fields)
+        elif kind == "forged":
+            lease = type(mine)(mine.seq, mine.group_id, mine.event, worker, mine.expires_at, mine.attempt)
+        else:  # the open delivery's fields, but its seq a str
+            lease = type(mine)(str(mine.seq), mine.group_id, mine.event, mine.worker_id, mine.expires_at, mine.attempt)
         with pytest.raises(LeaseLost):
             subject.ack_and_claim(lease, "w", 30)
         assert self.observe(subject) == self.observe(control)

@@ -1349,8 +1349,8 @@ class InMemoryTransport:
         now = self._clock()
         if type(now) is not float or now - now != 0.0:
             now = _check_time(now)
-        spent: Any = None  # the acked (seq, event): dropped after the lock is released
-        taken: Optional[Tuple[int, str, Any, int]] = None
+        spent: Tuple[int, Any]  # the acked (seq, event): dropped after the lock is released
+        taken: Optional[Tuple[int, str, Any, int]]  # what the claim half leased, if anything
         with self._lock:
             if self._busy:
                 raise _reentered("ack_and_claim")

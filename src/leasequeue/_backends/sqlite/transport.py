@@ -1167,8 +1167,7 @@ class SQLiteTransport:
         ``LeaseLost`` (nothing acked, nothing claimed) if the lease is not
         current.  Returns the claim's lease, or ``None`` when no group is
         eligible (the ack stands).  Waiting claims, in this process or
-        another, are woken for what the claim leaves, as after an ack or a
-        claim.
+        another, are woken for what the claim leaves, as after a claim.
         """
         if type(lease) not in _LEASE_TYPES:
             _check_lease(lease)
@@ -1179,26 +1178,24 @@ class SQLiteTransport:
             min_priority = check_priority(min_priority, "min_priority")
         now = self._now()
         key = _lease_key(lease)
-        rows: List[Tuple[Any, ...]] = []
-        wakes: List[Callable[[], None]] = []
-        done = False
+        rows: List[Tuple[Any, ...]]
+        wakes: Any = ()
         with self._lock:
             cur = self._cursor()
-            if key is not None:
-                try:
-                    cur.execute("BEGIN IMMEDIATE")
-                    done = cur.execute(_Q["ack"], key).rowcount == 1
-                    if done:
-                        rows = self._claim_rows(cur, worker_id, visibility, min_priority, now, 1)
-                        if self._queue.waiters:
-                            # the acked group's next message, if the claim left it; then expiries
-                            wakes = self._signal_if_ready(cur, key[0])
-                            wakes += self._topup_in(cur)
-                    cur.execute("COMMIT" if done else "ROLLBACK")
-                except BaseException as exc:
-                    self._abort(exc)
-            if not done:
+            if key is None:
                 raise _lost(lease)
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                if cur.execute(_Q["ack"], key).rowcount != 1:
+                    raise _lost(lease)  # rolled back by _abort: nothing acked or claimed, the time unmoved
+                rows = self._claim_rows(cur, worker_id, visibility, min_priority, now, 1)
+                if self._queue.waiters:
+                    # what the claim left (the acked group's next message, the
+                    # groups its expiry freed): a top-up, as after a claim
+                    wakes = self._topup_in(cur)
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                self._abort(exc)
         if not rows and not wakes:
             return None
         try:
