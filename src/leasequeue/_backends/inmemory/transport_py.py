@@ -500,9 +500,13 @@ def _view(group: _Group) -> Tuple[Any, ...]:
 # ``publish`` is the wake-up path (a producer, a blocked worker), so it goes
 # one step further: when it sees claims waiting (the same unlocked read, made
 # first), it reads the clock before its locked step and serves inside it
-# (``_publish_to_waiters``): one lock instead of two, the wake right after.
-# It still ends with the test above, for a claim that came to wait after
-# that first read; and it reads the clock once either way.
+# (``_serve_in``): one lock instead of two, the wake right after.  It still
+# ends with the test above, for a claim that came to wait after that first
+# read; and it reads the clock once either way.  And when its message
+# creates a group while nothing else is claimable for any waiting claim
+# (the common case: a worker waits on an empty queue), the group is created
+# leased to the claim that gets it (``_hand_new``): what ``_add`` and
+# ``_hand_off`` leave, without the ready set in between.
 #
 # The queue: one FIFO of waiter records per distinct floor (``min_priority``)
 # in ``_wqueues``, the floors ascending in ``_wfloors``; each record is
@@ -680,8 +684,18 @@ class InMemoryTransport:
             group_id = _check_id(group_id, "group_id")
         if type(priority) is not int or not _INT64_MIN <= priority <= _INT64_MAX:
             priority = _check_priority(priority, "priority")
+        now = error = None
         if self._nwaiting and not self._busy:
-            return self._publish_to_waiters(group_id, event, priority)
+            # The wake-up path (the waiters section): the clock is read
+            # first, outside the lock, so that the message is added and
+            # handed to a waiting claim in one locked step.
+            try:
+                now = self._clock()
+                if type(now) is not float or now - now != 0.0:
+                    now = _check_time(now)
+            except BaseException as exc:  # noqa: B036 - _serve_waiters re-raises it unless ordinary
+                now, error = None, exc
+        chain = None
         with self._lock:
             self._seq = seq = self._seq + 1
             if self._busy:
@@ -693,15 +707,36 @@ class InMemoryTransport:
                 return seq
             self._busy = True
             try:
-                self._add(seq, group_id, event, priority)
-            except BaseException:
-                if self._seq == seq:  # nothing published since: the number is free again
-                    self._seq = seq - 1
-                raise
+                try:
+                    if now is not None and self._nwaiting:
+                        chain = self._hand_new(seq, group_id, event, priority, now)
+                    if chain is None:
+                        self._add(seq, group_id, event, priority)
+                except BaseException:
+                    if self._seq == seq:  # nothing published since: the number is free again
+                        self._seq = seq - 1
+                    raise
+                if now is not None:
+                    chain = self._serve_in(now, chain)
             finally:
-                self._settle()
-        if self._nwaiting:
-            self._serve_waiters(None)
+                if self._pending or self._orphans:
+                    self._settle()
+                else:
+                    self._busy = False
+        if chain is not None:
+            for w in chain:  # _wake, inline
+                w.wake()
+            if self._poke:
+                self._poke = False
+                _waiting.poke_timer(self)
+            if self._nwaiting and (self._orphans or self._seq != seq):
+                # User code run by _settle (a finaliser) ended a wait or
+                # published: serve that, as a separate serving would have.
+                self._serve_waiters(now)
+        elif self._nwaiting:
+            # (the claims that waited left meanwhile and new ones came, or
+            # the clock failed: then ``error`` tells _serve_waiters not to read it)
+            self._serve_waiters(now, error)
         return seq
 
     def claim(
@@ -1949,77 +1984,138 @@ class InMemoryTransport:
 
     # -- waiting claims (the waiters section; _waiting.py is the other side)
 
-    def _publish_to_waiters(self, group_id: str, event: Any, priority: int) -> int:
-        """``publish`` while claims wait (arguments checked): the wake-up path.
+    def _hand_new(self, seq: int, group_id: str, event: Any, priority: int, now: float) -> Optional[List[_Waiter]]:
+        """``publish``'s locked step while claims wait (``now``: its clock
+        reading, made before the lock), when its message creates a group and
+        nothing else is claimable for any waiting claim (the usual case): the
+        group goes straight to the longest waiting claim whose floor admits
+        it, created leased to that claim exactly as ``_add`` and then
+        ``_hand_off`` would leave it, without entering the ready set and
+        leaving it again.  Returns the waiters to wake (that one, dequeued
+        and handed), or None when this is not that case and nothing was done
+        (``publish`` adds the message, then serves as usual).  All or
+        nothing: a MemoryError leaves the transport as it was.
 
-        The clock is read first (outside the lock, as ``_serve_waiters``
-        would read it after), so that the message is added and handed to a
-        waiting claim in one locked step: one lock, one operation's
-        bookkeeping, the wake right after.  The locked step is ``publish``'s
-        own (the same ``_add``, the same undo of the sequence number); what a
-        finaliser does in it is served after it, as a separate serving would.
-        A failing clock is ``_serve_waiters``'s case: nothing is handed over,
-        the timer looks, ``KeyboardInterrupt`` and the like propagate after
-        the message is published.
+        It is the case when the group does not exist, no lock has expired by
+        ``now`` and no ready group is admitted by the lowest floor waiting:
+        then the new group is what ``_find(floor)`` returns for every floor
+        that admits it (and nothing for the others), so ``_serve_locked``
+        would hand it to that claim and find nothing more to serve.
         """
-        now: Optional[float] = None
-        error: Optional[BaseException] = None
-        try:
-            now = self._clock()
-            if type(now) is not float or now - now != 0.0:
-                now = _check_time(now)
-        except BaseException as exc:  # noqa: B036 - re-raised by _serve_waiters unless ordinary
-            error = exc
-            now = None
-        chain: Optional[List[_Waiter]] = None
-        with self._lock:
-            self._seq = seq = self._seq + 1
-            if self._busy:  # as in publish
-                self._pending.append((seq, group_id, event, priority))
-                return seq
-            self._busy = True
-            try:
-                try:
-                    self._add(seq, group_id, event, priority)
-                except BaseException:
-                    if self._seq == seq:  # nothing published since: the number is free again
-                        self._seq = seq - 1
-                    raise
-                if now is not None and self._nwaiting:
-                    chain = self._serve_in(now)
-            finally:
-                self._settle()
-        if chain is not None:
-            for w in chain:  # _wake, inline
-                w.wake()
-            if self._poke:
-                self._poke = False
-                _waiting.poke_timer(self)
-            if self._nwaiting and (self._orphans or self._seq != seq):
-                # User code run by _settle (a finaliser) ended a wait or
-                # published: serve that, as a separate serving would have.
-                self._serve_waiters(now)
-        elif error is not None:
-            self._serve_waiters(None, error)
-        elif self._nwaiting:
-            self._serve_waiters(now)  # (the claims that waited left meanwhile; new ones came)
-        return seq
-
-    def _serve_in(self, now: float) -> List[_Waiter]:
-        """``publish``'s serving, in its own locked step after its message was
-        added (``now``: the clock read before the lock): what
-        ``_serve_waiters`` does under the lock.  Returns the waiters to wake."""
-        pending = self._pending
-        while pending:  # as _settle would have before a separate serving
-            self._add(*pending.pop(0))
+        groups = self._groups
+        if group_id in groups or self._orphans or self._closed:
+            return None
         if now < self._time:
             now = self._time
         else:
             self._time = now
-        chain: List[_Waiter] = []
-        self._serve_locked(now, chain)
+        expiry = self._expiry
+        if expiry and expiry[0][0] < now:
+            return None  # expiry first (_serve_locked): the groups it frees come before a new one
+        floors = self._wfloors
+        root = self._root
+        if root is not None and root.best is not None and self._find(floors[0]) is not None:
+            return None  # something ready is claimable (served next anyway): the general way
+        queues = self._wqueues
+        w: Optional[_Waiter] = None
+        at = i = 0
+        for floor in floors:  # ascending: the floors that admit ``priority`` come first
+            if floor > priority:
+                break
+            head = queues[floor].head
+            assert head is not None
+            if w is None or head.arrival < w.arrival:
+                w = head
+                at = i
+            i += 1
+        if w is None:
+            return None  # no waiting claim admits it: it is just added
+        # Allocations first (as _add, then _lease_ready, make them).
+        chain = [w]
+        level = self._levels.get(priority)
+        if level is None:
+            level = _Level(priority, self._rng.random())
+            self._levels[priority] = level
+            self._root = _treap_insert(self._root, level)
+        try:
+            group = _Group(group_id, level, seq, event)
+            expires_at = now + w.visibility
+            tick = 0
+            if expires_at != _INF:  # an infinite lease never expires: no entry
+                tick = self._tick + 1
+                heappush(expiry, (expires_at, tick, group))  # stale until group.tick == tick
+                self._tick = tick  # used up even if what follows fails: never given to another entry
+            groups[group_id] = group
+        except BaseException:
+            if level.groups == 0:  # made for this group alone
+                del self._levels[priority]
+                self._root = _treap_delete(self._root, priority)
+            raise
+        # --- commit: nothing below allocates
+        level.groups += 1
+        self._messages += 1
+        self._claims = claims = self._claims + 1
+        self._leased += 1
+        group.lock = _LEASED
+        group.worker_id = w.worker_id
+        group.expires_at = expires_at
+        group.key = claims
+        group.last_claimed_at = now
+        group.attempt = 1
+        group.open = True
+        # the waiter: the lease, what an undo restores (a never-claimed
+        # group's key, no claim time, no open delivery), out of its FIFO
+        w.prev_key = seq - _NEVER_CLAIMED
+        w.prev_claimed_at = 0.0
+        w.prev_open = False
+        w.seq = seq
+        w.event = event
+        w.group_id = group_id
+        w.expires_at = expires_at
+        w.attempt = 1
+        nxt = w.next  # _dequeue of a FIFO's head, inline
+        if nxt is None:
+            del queues[w.floor]
+            del floors[at]
+        else:
+            queues[w.floor].head = nxt
+            nxt.prev = None
+            w.next = None
+        self._nwaiting -= 1
+        w.state = _W_HANDED
+        w.pending = True  # _promise (a queued record has none pending)
+        self._wakeups[0] += 1
+        if tick:
+            group.tick = tick
+            self._live_expiry = live = self._live_expiry + 1
+            if len(expiry) > 2 * live + 64:  # _maybe_rebuild_expiry, inline
+                try:
+                    self._maybe_rebuild_expiry(live)
+                except MemoryError:  # best effort: the stale entries stay
+                    pass
+        return chain
+
+    def _serve_in(self, now: float, chain: Optional[List[_Waiter]]) -> List[_Waiter]:
+        """``publish``'s serving, in its own locked step after its message
+        was added (``now``: the clock read before the lock) or handed over
+        by ``_hand_new`` (``chain``: the waiter it served): what
+        ``_serve_waiters`` does under the lock.  Returns the waiters to wake."""
+        if chain is not None:  # _hand_new served: nothing else is claimable
+            if self._nwaiting:
+                self._arm_timer()  # the claims still waiting: the new lease may expire first
+        else:
+            pending = self._pending
+            while pending:  # as _settle would have before a separate serving
+                self._add(*pending.pop(0))
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
+            chain = []
+            self._serve_locked(now, chain)
         if self._orphans or self._pending or self._closed:
-            self._serve_nested(now, chain)
+            # User code that ran in this step (a finaliser): serve what it did.
+            self._serve_nested(self._time, chain)
         return chain
 
     def _serve_waiters(self, now: Optional[float], error: Optional[BaseException] = None) -> None:
