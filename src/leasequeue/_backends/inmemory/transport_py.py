@@ -2435,13 +2435,23 @@ class InMemoryTransport:
         if keep:
             # The common end, on the wake-up path: a lease was handed over.  A
             # handed record is no longer queued (only its owner touches it),
-            # so there is nothing to serve: mark it, build the lease after the lock.
+            # so there is nothing to serve: mark it, build the lease after the
+            # lock (_lease_of, inline: this runs before the woken claim returns).
             with self._lock:
                 handed = w.state == _W_HANDED and not self._busy
                 if handed:
                     w.state = _W_IDLE
             if handed:
-                return self._lease_of(w)
+                lease = _LeaseBuilder()
+                lease.seq = w.seq
+                lease.group_id = w.group_id
+                lease.event = w.event
+                lease.worker_id = w.worker_id
+                lease.expires_at = w.expires_at
+                lease.attempt = w.attempt
+                lease._owner = self._owner
+                lease.__class__ = Lease  # type: ignore[assignment]
+                return lease  # type: ignore[return-value]
         chain: List[_Waiter] = []
         with self._lock:
             if self._busy:
