@@ -717,7 +717,11 @@ class InMemoryTransport:
                         self._seq = seq - 1
                     raise
                 if now is not None:
-                    chain = self._serve_in(now, chain)
+                    if chain is None:
+                        chain = self._serve_in(now)  # added: serve as usual
+                    elif self._orphans or self._pending or self._closed:
+                        # User code that ran in _hand_new's step (a finaliser): serve what it did.
+                        self._serve_nested(self._time, chain)
             finally:
                 if self._pending or self._orphans:
                     self._settle()
@@ -2093,29 +2097,25 @@ class InMemoryTransport:
                     self._maybe_rebuild_expiry(live)
                 except MemoryError:  # best effort: the stale entries stay
                     pass
+        if self._nwaiting:
+            self._arm_timer()  # for the claims still waiting: the new lease may expire first
         return chain
 
-    def _serve_in(self, now: float, chain: Optional[List[_Waiter]]) -> List[_Waiter]:
+    def _serve_in(self, now: float) -> List[_Waiter]:
         """``publish``'s serving, in its own locked step after its message
-        was added (``now``: the clock read before the lock) or handed over
-        by ``_hand_new`` (``chain``: the waiter it served): what
+        was added (``now``: the clock read before the lock): what
         ``_serve_waiters`` does under the lock.  Returns the waiters to wake."""
-        if chain is not None:  # _hand_new served: nothing else is claimable
-            if self._nwaiting:
-                self._arm_timer()  # the claims still waiting: the new lease may expire first
+        pending = self._pending
+        while pending:  # as _settle would have before a separate serving
+            self._add(*pending.pop(0))
+        if now < self._time:
+            now = self._time
         else:
-            pending = self._pending
-            while pending:  # as _settle would have before a separate serving
-                self._add(*pending.pop(0))
-            if now < self._time:
-                now = self._time
-            else:
-                self._time = now
-            chain = []
-            self._serve_locked(now, chain)
+            self._time = now
+        chain: List[_Waiter] = []
+        self._serve_locked(now, chain)
         if self._orphans or self._pending or self._closed:
-            # User code that ran in this step (a finaliser): serve what it did.
-            self._serve_nested(self._time, chain)
+            self._serve_nested(now, chain)
         return chain
 
     def _serve_waiters(self, now: Optional[float], error: Optional[BaseException] = None) -> None:
