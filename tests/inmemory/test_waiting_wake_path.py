@@ -48,12 +48,12 @@ def test_an_int_clock_serves_a_waiting_claim_at_its_reading(transport_cls: Any) 
     assert t._waiting_count() == 0 and t.stats().leased == 1
 
 
-@pytest.mark.parametrize("where", ["_hand_new", "__init__"])
+@pytest.mark.parametrize("where", ["_hand_new", "_treap_insert"])
 def test_a_message_published_inside_a_publish_goes_to_the_next_waiting_claim(impl: Any, where: str) -> None:
     """Two claims wait; ``publish("g")`` runs user code that publishes
     ``"h"`` in the middle of its locked step (as it starts handing ``g``
-    over, or while it creates ``g``'s records: the pure twin's direct
-    hand-off of a new group).  By the time the outer publish returns, the
+    over, or once it has chosen the claim and is placing ``g``'s level: the
+    pure twin's direct hand-off of a new group).  By the time the outer publish returns, the
     first waiting claim has ``g`` (seq 1) and the second ``h`` (seq 2),
     each woken once -- what a separate serving after the publish would
     have done."""
@@ -278,23 +278,29 @@ def test_a_direct_hand_off_arms_the_expiry_timer_for_the_claims_still_waiting(im
 
 
 class _FailingDict(dict):  # type: ignore[type-arg]
-    """A group table whose next insertion runs out of memory."""
+    """A table whose next insertion runs out of memory."""
 
     def __setitem__(self, key: Any, value: Any) -> None:
         raise MemoryError("injected")
 
 
-@pytest.mark.parametrize(("fails", "level_exists"), [
-    ("_Level", False), ("_Group", False), ("_Group", True), ("heappush", False), ("heappush", True),
-    ("group-table", False), ("group-table", True),
+@pytest.mark.parametrize(("fails", "level_exists", "spares"), [
+    ("_Level", False, False), ("_Group", False, False), ("_Group", True, False),
+    ("heappush", False, True), ("heappush", True, True), ("heappush", False, False),
+    ("group-table", False, True), ("group-table", True, False), ("level-table", False, True),
 ])
 def test_a_direct_hand_off_out_of_memory_changes_nothing(
-    monkeypatch: pytest.MonkeyPatch, fails: str, level_exists: bool
+    monkeypatch: pytest.MonkeyPatch, fails: str, level_exists: bool, spares: bool
 ) -> None:
-    """The pure twin's direct hand-off allocates before it changes anything:
-    whichever allocation fails, the publish raises MemoryError, its sequence
-    number is free again, the claim still waits, and the transport is the
-    same as one where the publish never happened."""
+    """The pure twin's direct hand-off allocates before it changes anything,
+    whether it takes the records a waiting claim made beforehand (``spares``)
+    or makes its own: whichever allocation fails, the publish raises
+    MemoryError, its sequence number is free again, the claim still waits,
+    the event is not kept, and the transport is the same as one where the
+    publish never happened."""
+    import gc
+    import weakref
+
     impl = importlib.import_module("leasequeue._backends.inmemory.transport_py")
     clock, ref_clock = ManualClock(), ManualClock()
     t, ref = impl.InMemoryTransport(clock=clock), impl.InMemoryTransport(clock=ref_clock)
@@ -303,18 +309,31 @@ def test_a_direct_hand_off_out_of_memory_changes_nothing(
             r.publish("x", "held", priority=3)
             r.claim("holder", 1000.0)  # priority 3's level exists, nothing is ready
     rec, woken = _queued(t, "w")
-    if fails == "group-table":
-        t._groups = _FailingDict(t._groups)
+    assert (t._spare is not None, t._spare_level is not None) == (True, True)  # made by the waiting claim
+    if not spares:
+        t._spare = t._spare_level = None
+    tables = {"group-table": "_groups", "level-table": "_levels"}
+    if fails in tables:
+        setattr(t, tables[fails], _FailingDict(getattr(t, tables[fails])))
     else:
         def failing(*args: Any) -> Any:
             raise MemoryError("injected")
 
         monkeypatch.setattr(impl, fails, failing)
+
+    class Event:
+        pass
+
+    event = Event()
+    gone = weakref.ref(event)
     with pytest.raises(MemoryError):
-        t.publish("g", "e", priority=3)
+        t.publish("g", event, priority=3)
     monkeypatch.undo()
-    if fails == "group-table":
-        t._groups = dict(t._groups)
+    if fails in tables:
+        setattr(t, tables[fails], dict(getattr(t, tables[fails])))
+    del event
+    gc.collect()
+    assert gone() is None, "the failed publish kept its event"
     assert woken == [] and t._waiting_count() == 1 and rec.state == 1  # still waiting
     assert sorted(t._levels) == ([3] if level_exists else [])
     assert t.stats() == ref.stats() and len(t) == len(ref)
@@ -326,3 +345,4 @@ def test_a_direct_hand_off_out_of_memory_changes_nothing(
     ref.claim("w", 30.0)
     assert t.stats() == ref.stats()
     assert fingerprint(t, clock) == fingerprint(ref, ref_clock)
+

@@ -666,6 +666,9 @@ class InMemoryTransport:
         self._timer: Any = None  # the expiry timer (_waiting.py), started on first use
         self._poke = False  # the timer must be poked after the lock is released
         self._orphans: List[_Waiter] = []  # records ended from nested user code (see _wait_end)
+        # records for _hand_new, made by a claim before it waits (see _wait_start)
+        self._spare: Optional[_Group] = None
+        self._spare_level: Optional[_Level] = None
         self._wakeups = [0, 0]  # wakes promised: hand-offs, close (for tests)
         self._paused = 0  # groups paused
         self._idle = 0  # groups holding no message (each one paused)
@@ -2034,28 +2037,46 @@ class InMemoryTransport:
             i += 1
         if w is None:
             return None  # no waiting claim admits it: it is just added
-        # Allocations first (as _add, then _lease_ready, make them).
+        # Allocations first; the records come from the spares a waiting
+        # claim made (see _wait_start) when there are some.
         chain = [w]
         level = self._levels.get(priority)
         if level is None:
-            level = _Level(priority, self._rng.random())
+            level = self._spare_level
+            if level is None:
+                level = _Level(priority, self._rng.random())
+            else:
+                level.priority = priority
             self._levels[priority] = level
+            self._spare_level = None
             self._root = _treap_insert(self._root, level)
+        group = self._spare
         try:
-            group = _Group(group_id, level, seq, event)
+            if group is None:
+                group = _Group(group_id, level, seq, event)
+            else:
+                group.messages[0] = (seq, event)
+                group.group_id = group_id
+                group.level = level
+            groups[group_id] = group
             expires_at = now + w.visibility
             tick = 0
             if expires_at != _INF:  # an infinite lease never expires: no entry
                 tick = self._tick + 1
-                heappush(expiry, (expires_at, tick, group))  # stale until group.tick == tick
-                self._tick = tick  # used up even if what follows fails: never given to another entry
-            groups[group_id] = group
+                try:
+                    heappush(expiry, (expires_at, tick, group))
+                except BaseException:
+                    del groups[group_id]
+                    raise
+                self._tick = tick
         except BaseException:
+            self._spare = None  # it may hold the event now: let it go with the failed publish
             if level.groups == 0:  # made for this group alone
                 del self._levels[priority]
                 self._root = _treap_delete(self._root, priority)
             raise
         # --- commit: nothing below allocates
+        self._spare = None
         level.groups += 1
         self._messages += 1
         self._claims = claims = self._claims + 1
@@ -2374,6 +2395,13 @@ class InMemoryTransport:
         """Read the clock; claim for ``w`` or queue it (see ``_waiting.py``)."""
         now = _check_time(self._clock())
         chain: List[_Waiter] = []
+        # The records a direct hand-off of a new group needs (_hand_new), made
+        # here, before the wait, so that the publish that wakes a claim
+        # allocates next to nothing: a group record (made by the first claim
+        # to wait, and by the first after each direct hand-off) and a level.
+        # Read without the lock, the tests only save making one that is there.
+        spare = _Group("", None, 0, None) if self._spare is None else None  # type: ignore[arg-type]
+        spare_level = _Level(0, 0.0) if self._spare_level is None else None
         with self._lock:
             if self._busy:
                 raise _reentered("claim")
@@ -2392,6 +2420,11 @@ class InMemoryTransport:
                     self._serve_nested(now, chain)
                     if w.state == _W_WAITING:
                         w.pending = False
+                    if self._spare is None:
+                        self._spare = spare
+                    if self._spare_level is None and spare_level is not None:
+                        spare_level.weight = self._rng.random()
+                        self._spare_level = spare_level
             finally:
                 self._settle()
         self._wake(chain)
