@@ -346,3 +346,21 @@ def test_a_direct_hand_off_out_of_memory_changes_nothing(
     assert t.stats() == ref.stats()
     assert fingerprint(t, clock) == fingerprint(ref, ref_clock)
 
+
+def test_direct_hand_offs_keep_the_expiry_heap_bounded() -> None:
+    """White box, pure twin: a direct hand-off pushes an expiry entry
+    without compacting the heap (off the wake-up path); the claim that
+    waits compacts it before it does.  Workers waiting on an empty queue,
+    publish after publish: the stale entries of the acked leases do not
+    pile up."""
+    impl = importlib.import_module("leasequeue._backends.inmemory.transport_py")
+    t = impl.InMemoryTransport(clock=ManualClock())
+    sizes = []
+    for i in range(500):
+        rec, woken = _queued(t, "w")
+        t.publish(f"g{i % 3}", i)
+        assert woken == [1]
+        t.ack(t._wait_end(rec, True))
+        sizes.append(len(t._expiry))
+    assert max(sizes) <= 65 and t._live_expiry == 0
+    assert sizes[-1] < sizes[63], "the heap was never compacted"

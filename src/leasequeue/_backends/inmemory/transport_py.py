@@ -2112,12 +2112,9 @@ class InMemoryTransport:
         self._wakeups[0] += 1
         if tick:
             group.tick = tick
-            self._live_expiry = live = self._live_expiry + 1
-            if len(expiry) > 2 * live + 64:  # _maybe_rebuild_expiry, inline
-                try:
-                    self._maybe_rebuild_expiry(live)
-                except MemoryError:  # best effort: the stale entries stay
-                    pass
+            self._live_expiry += 1
+            # No _maybe_rebuild_expiry here: the claim served made that check
+            # before it waited (_wait_start), off the wake-up path.
         if self._nwaiting:
             self._arm_timer()  # for the claims still waiting: the new lease may expire first
         return chain
@@ -2414,6 +2411,12 @@ class InMemoryTransport:
                         now = self._time
                     else:
                         self._time = now
+                    try:
+                        # For the direct hand-offs, which push expiry entries
+                        # without this check: at most one per claim waiting.
+                        self._maybe_rebuild_expiry(self._live_expiry)
+                    except MemoryError:  # best effort: the stale entries stay
+                        pass
                     self._enqueue(w)
                     w.pending = True  # its owner is running this: no wake for it
                     self._serve_locked(now, chain)
