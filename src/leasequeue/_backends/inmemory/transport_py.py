@@ -22,7 +22,9 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   a claim first pops every entry that has expired and makes its group ready
   again with its old key (its place in the round-robin is kept).  Entries
   made stale by ack/nack/extend are skipped, and the heap is compacted when
-  stale entries outnumber live ones, so memory stays O(G).
+  stale entries outnumber live ones, so memory stays O(G) (plus one entry
+  per waiting claim: a direct hand-off to a claim leaves that check to the
+  claim, which made it before it waited).
 * The control plane works on the same structures: a paused group is simply
   never made ready (it keeps its key, so ``resume`` puts it back where it
   was), ``set_priority`` moves a group to another level with its key, and
@@ -506,7 +508,12 @@ def _view(group: _Group) -> Tuple[Any, ...]:
 # creates a group while nothing else is claimable for any waiting claim
 # (the common case: a worker waits on an empty queue), the group is created
 # leased to the claim that gets it (``_hand_new``): what ``_add`` and
-# ``_hand_off`` leave, without the ready set in between.
+# ``_hand_off`` leave, without the ready set in between.  Everything on that
+# path that can be done before the claim waits is done then, by the claim
+# (``_wait_start``): it makes the group and level records the hand-off will
+# fill in (``_spare``, ``_spare_level``: one of each, kept on the transport)
+# and compacts the expiry heap, so that the publish that wakes it allocates
+# next to nothing and pays for no compaction.
 #
 # The queue: one FIFO of waiter records per distinct floor (``min_priority``)
 # in ``_wqueues``, the floors ascending in ``_wfloors``; each record is
@@ -2000,8 +2007,10 @@ class InMemoryTransport:
         ``_hand_off`` would leave it, without entering the ready set and
         leaving it again.  Returns the waiters to wake (that one, dequeued
         and handed), or None when this is not that case and nothing was done
-        (``publish`` adds the message, then serves as usual).  All or
-        nothing: a MemoryError leaves the transport as it was.
+        (``publish`` adds the message, then serves as usual).  The group and
+        level records are the spares a waiting claim made (``_wait_start``)
+        when there are some.  All or nothing: a MemoryError leaves the
+        transport as it was.
 
         It is the case when the group does not exist, no lock has expired by
         ``now`` and no ready group is admitted by the lowest floor waiting:
