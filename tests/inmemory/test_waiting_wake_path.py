@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import math
 import sys
+import threading
 from typing import Any, Callable, List, Tuple
 
 import pytest
@@ -364,3 +365,35 @@ def test_direct_hand_offs_keep_the_expiry_heap_bounded() -> None:
         sizes.append(len(t._expiry))
     assert max(sizes) <= 65 and t._live_expiry == 0
     assert sizes[-1] < sizes[63], "the heap was never compacted"
+
+
+def test_a_new_group_is_not_handed_over_straight_while_a_ready_group_waits_for_a_serving(impl: Any) -> None:
+    """A group can be ready while claims wait when the serving that should
+    have handed it over could not read the clock (an ack here: it hands
+    nothing over and leaves it to the expiry timer, whose clock fails too).
+    A publish creating a group then serves both, in claim order -- the new
+    group (never claimed) to the first claim, the ready one to the second --
+    instead of handing only its own group over and leaving the second claim
+    asleep next to a claimable message."""
+    clock = ManualClock()
+    failing = [False]
+
+    def flaky() -> float:
+        if failing[0] or threading.current_thread().name == "leasequeue-expiry-timer":
+            raise OSError("clock unavailable")
+        return clock()
+
+    t = impl.InMemoryTransport(clock=flaky)
+    t.publish("a", "a1")
+    t.publish("a", "a2")
+    held = t.claim("x", 30.0)
+    first, woken_first = _queued(t, "first")
+    second, woken_second = _queued(t, "second")
+    failing[0] = True
+    t.ack(held)  # "a2" is ready; the serving could not read the clock
+    failing[0] = False
+    assert (woken_first, woken_second) == ([], []) and t._waiting_count() == 2  # (group() would serve)
+    t.publish("g", "e")
+    assert (woken_first, woken_second) == ([1], [1]) and t._waiting_count() == 0
+    got = [_fields(t._wait_end(rec, True))[:3] for rec in (first, second)]
+    assert got == [(3, "g", "first"), (2, "a", "second")]
