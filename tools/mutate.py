@@ -353,6 +353,7 @@ DEFAULT_PYTEST_ARGS = [
     "tests/inmemory/test_control_plane.py",
     "tests/inmemory/test_batches.py",
     "tests/inmemory/test_waiting_control.py",
+    "tests/inmemory/test_waiting_wake_path.py",
     "tests/inmemory/test_faults_part2.py",
     "tests/inmemory/test_leaks_part2.py",
 ]

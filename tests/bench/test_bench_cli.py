@@ -268,6 +268,14 @@ def test_waiting_measurements_are_reported(smoke: Dict[str, Any]) -> None:
     assert all(r["ref"] == "queue" and r["p50"] > 0 for r in waiting["wake_thread_ratios"])
     md = smoke["markdown"]
     assert "## Waiting for work: wake-up latency" in md and "### thread → asyncio" in md
+    # Each leasequeue twin's wake-up next to queue.Queue's, as ratios of its p50 and of its p99.
+    assert "| implementation | p50 | p99 | p50 / queue.Queue | p99 / queue.Queue |" in md
+    ratios = {r["impl"]: r for r in waiting["wake_thread_ratios"]}
+    thread_table = md.split("### thread → thread", 1)[1].split("###", 1)[0]
+    for impl, label in (("cython", "Cython"), ("pure", "pure Python")):
+        if impl in lq:
+            row = next(line for line in thread_table.splitlines() if line.startswith(f"| {label} |"))
+            assert row.endswith(f"| {ratios[impl]['p50']:.2f}× | {ratios[impl]['p99']:.2f}× |"), row
     assert "## Waiting for work: throughput" in md
     targets = [t["target"] for t in smoke["json"]["targets"]]
     if "cython" in lq:

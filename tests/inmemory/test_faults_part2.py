@@ -851,16 +851,19 @@ def test_pause_and_set_priority_failing_to_allocate_change_nothing(impl: Any, ca
 
 
 @pytest.mark.skipif(not IS_CPYTHON, reason=CPYTHON_ONLY_REASON)
+@pytest.mark.parametrize("trigger", ["publish", "ack"])
 @pytest.mark.parametrize("action", ["publish", "close", "end-a-wait"])
-def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: str) -> None:
+def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: str, trigger: str) -> None:
     """A finaliser that the garbage collector starts while an operation hands
     messages to waiting claims (under the lock, pure twin) may publish, close
     the transport, or end a wait (what a waiting coroutine collected there
     does): the serving must take that into account before it ends, or a
     claim would wait on with a message there for it, or on a closed
     transport, or the ended claim would keep its place and the message handed
-    to it.  Two claims wait; a publish hands them what there is.  The Cython
-    transport runs no finaliser under its lock: the same outcome."""
+    to it.  Two claims wait; a publish of a new group hands it over straight
+    (the pure twin's ``_hand_new``), an ack exposing a group's next message
+    hands that over through the general serving (``_serve_locked``).  The
+    Cython transport runs no finaliser under its lock: the same outcome."""
     import gc
     import traceback
 
@@ -877,6 +880,10 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
                 # repairs a path of the level treap, an allocation the collector counts.
                 t.pause("elsewhere")
                 t.set_priority("elsewhere", 9)
+                if trigger == "ack":  # g's first message leased: the ack exposes "e"
+                    t.publish("g", "first")
+                    t.publish("g", "e")
+                    held = t.claim("x", 30.0)
                 records = [t._waiter(f"w{i}", 30.0, 0, lambda: None) for i in range(2)]
                 for rec in records:
                     assert t._wait_start(rec) is None
@@ -892,10 +899,11 @@ def test_finaliser_in_the_middle_of_serving_waiting_claims(impl: Any, action: st
                     else:
                         assert t._wait_end(records[1], False) is None
 
-                collect_during(lambda: t.publish("g", "e"), finaliser, threshold, extra)
+                call = (lambda: t.publish("g", "e")) if trigger == "publish" else (lambda: t.ack(held))
+                collect_during(call, finaliser, threshold, extra)
                 gc.collect()
                 assert where, "the finaliser did not run"
-                landed += "_serve_locked" in where[0]
+                landed += ("_hand_new" if trigger == "publish" else "_serve_locked") in where[0]
                 states = [rec.state for rec in records]
                 assert t._waiting_count() == 0, (threshold, extra, states)
                 if action == "publish":

@@ -681,6 +681,36 @@ def test_asyncio_waiters_are_served_in_waiting_order(transport_cls: Any) -> None
     assert [lease.event for lease in asyncio.run(main())] == list(range(8))
 
 
+@pytest.mark.parametrize("first", ["thread", "aclaim"])
+def test_a_thread_and_an_aclaim_waiting_together_are_served_in_waiting_order(transport_cls: Any, first: str) -> None:
+    """A thread blocked in ``claim(timeout=...)`` and an ``aclaim`` in an
+    event loop (another thread) wait on one transport: each publish of a new
+    group (the pure twin's direct hand-off) goes to the one that has waited
+    longest, whatever its kind, and wakes it; the other waits on."""
+    t = transport_cls()
+    got: List[Any] = []
+
+    def in_a_loop() -> None:
+        got.append(asyncio.run(t.aclaim("async", 30.0, timeout=PATIENCE)))
+
+    thread = Waiter(t, worker="thread")
+    loop = threading.Thread(target=in_a_loop, daemon=True)
+    for i, th in enumerate((thread, loop) if first == "thread" else (loop, thread)):
+        th.start()
+        until(lambda: t._waiting_count() == i + 1, f"claim {i} queued")
+    first_th, second_th = (thread, loop) if first == "thread" else (loop, thread)
+    t.publish("g", "e1")
+    first_th.join(PATIENCE)
+    assert not first_th.is_alive() and second_th.is_alive() and t._waiting_count() == 1
+    t.publish("h", "e2")
+    second_th.join(PATIENCE)
+    assert not second_th.is_alive() and thread.error is None
+    by_worker = {lease.worker_id: (lease.group_id, lease.attempt) for lease in (thread.result, got[0])}
+    assert by_worker == ({"thread": ("g", 1), "async": ("h", 1)} if first == "thread"
+                         else {"async": ("g", 1), "thread": ("h", 1)})
+    assert t._wake_counts() == (2, 0) and t.stats().leased == 2
+
+
 def test_a_claim_that_does_not_wait_takes_its_own_message_first(transport: Any) -> None:
     [w] = start_waiters(transport, 1)
     transport.publish("g", "e")  # goes to the waiter

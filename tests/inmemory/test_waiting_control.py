@@ -481,18 +481,19 @@ def test_after_close_the_control_plane_and_batches_work_and_hand_nothing_over(
     assert transport._wake_counts()[0] == handed and len(transport) == 0
 
 
-def _end_wait_inside(impl: Any, t: Any, rec: Any, call: Callable[[], Any]) -> None:
+def _end_wait_inside(impl: Any, t: Any, rec: Any, call: Callable[[], Any], where: str = "_settle") -> None:
     """Run ``call()`` with ``rec``'s wait ended (not kept) from user code run
-    inside it, under its lock: a profiler hook at the operation's ``_settle``
-    stands for a coroutine the garbage collector finalises there (pure
-    twin).  The Cython transport runs no Python code under its lock: there
-    the wait is ended after the call."""
+    inside it, under its lock: a profiler hook at the operation's ``where``
+    (its ``_settle``; ``publish`` settles inline unless there is something
+    to settle, so its ``_add``) stands for a coroutine the garbage collector
+    finalises there (pure twin).  The Cython transport runs no Python code
+    under its lock: there the wait is ended after the call."""
     import sys
 
     ended: List[Any] = []
 
     def hook(frame: Any, event: str, arg: Any) -> None:
-        if (event == "call" and not ended and frame.f_code.co_name == "_settle"
+        if (event == "call" and not ended and frame.f_code.co_name == where
                 and frame.f_globals.get("__name__") == impl.__name__):
             ended.append(t._wait_end(rec, False))
 
@@ -530,7 +531,7 @@ def test_a_wait_ended_inside_another_operation_is_undone_as_it_ends(impl: Any, o
         "claim_many": lambda: t.claim_many("x", 10.0, 2, 2**62),
         "pause": lambda: t.pause("p"),
     }
-    _end_wait_inside(impl, t, rec, calls[operation])
+    _end_wait_inside(impl, t, rec, calls[operation], "_add" if operation == "publish" else "_settle")
     assert t.stats().leased == 0
     lease = t.claim("x", 10.0)
     assert (lease.group_id, lease.attempt) == ("g", 1)
@@ -549,7 +550,7 @@ def test_a_wait_ended_inside_another_operation_goes_to_the_next_waiting_claim(im
     t.publish("g", "e")  # handed to the first
     assert woken == ["w1"] and t._waiting_count() == 1
     calls = {"publish": lambda: t.publish("g", "f"), "stats": t.stats, "groups": t.groups}  # nothing claimable
-    _end_wait_inside(impl, t, first, calls[operation])
+    _end_wait_inside(impl, t, first, calls[operation], "_add" if operation == "publish" else "_settle")
     lease = t._wait_end(second, True)
     assert woken[-1] == "w2" and t._waiting_count() == 0
     assert (lease.seq, lease.group_id, lease.worker_id, lease.attempt) == (1, "g", "w2", 1)

@@ -452,7 +452,7 @@ def render(report: Dict[str, Any]) -> List[str]:
         "",
         f"From a publish/put in one thread to the waiting claim/get returning; {waiting['samples_per_repeat']} "
         f"samples per repeat, {waiting['repeats']} repeats, interleaved. Cells: median over repeats of each "
-        "repeat's p50 / p99. Ratios: median of per-repeat p50 ratios to the reference.",
+        "repeat's p50 / p99. Ratios: median of the per-repeat p50 (p99) ratios to the reference.",
     ]
     for kind, title in (("wake_thread", "thread → thread"), ("wake_async", "thread → asyncio")):
         rows = waiting.get(kind) or []
@@ -460,13 +460,14 @@ def render(report: Dict[str, Any]) -> List[str]:
             continue
         ref = REFERENCE[kind]
         ratios = {r["impl"]: r for r in waiting.get(kind + "_ratios", [])}
-        lines += ["", f"### {title}", "", f"| implementation | p50 | p99 | p50 / {WAKE_LABELS[ref]} |",
-                  "|---|---:|---:|---:|"]
+        lines += ["", f"### {title}", "",
+                  f"| implementation | p50 | p99 | p50 / {WAKE_LABELS[ref]} | p99 / {WAKE_LABELS[ref]} |",
+                  "|---|---:|---:|---:|---:|"]
         for r in rows:
             rr = ratios.get(r["impl"])
-            cell = "1.00×" if r["impl"] == ref else (fmt_ratio(rr["p50"]) if rr else "-")
+            cells = ["1.00×" if r["impl"] == ref else (fmt_ratio(rr[q]) if rr else "-") for q in ("p50", "p99")]
             lines.append(f"| {WAKE_LABELS[r['impl']]} | {fmt_ns(r['median_p50_ns'])} | {fmt_ns(r['median_p99_ns'])}"
-                         f" | {cell} |")
+                         f" | {cells[0]} | {cells[1]} |")
     rows = waiting.get("throughput") or []
     if rows:
         threads = sorted({r["threads"] for r in rows})

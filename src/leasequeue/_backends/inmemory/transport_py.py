@@ -22,7 +22,9 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   a claim first pops every entry that has expired and makes its group ready
   again with its old key (its place in the round-robin is kept).  Entries
   made stale by ack/nack/extend are skipped, and the heap is compacted when
-  stale entries outnumber live ones, so memory stays O(G).
+  stale entries outnumber live ones, so memory stays O(G) (plus one entry
+  per waiting claim: a direct hand-off to a claim leaves that check to the
+  claim, which made it before it waited).
 * The control plane works on the same structures: a paused group is simply
   never made ready (it keeps its key, so ``resume`` puts it back where it
   was), ``set_priority`` moves a group to another level with its key, and
@@ -500,9 +502,18 @@ def _view(group: _Group) -> Tuple[Any, ...]:
 # ``publish`` is the wake-up path (a producer, a blocked worker), so it goes
 # one step further: when it sees claims waiting (the same unlocked read, made
 # first), it reads the clock before its locked step and serves inside it
-# (``_publish_to_waiters``): one lock instead of two, the wake right after.
-# It still ends with the test above, for a claim that came to wait after
-# that first read; and it reads the clock once either way.
+# (``_serve_in``): one lock instead of two, the wake right after.  It still
+# ends with the test above, for a claim that came to wait after that first
+# read; and it reads the clock once either way.  And when its message
+# creates a group while nothing else is claimable for any waiting claim
+# (the common case: a worker waits on an empty queue), the group is created
+# leased to the claim that gets it (``_hand_new``): what ``_add`` and
+# ``_hand_off`` leave, without the ready set in between.  Everything on that
+# path that can be done before the claim waits is done then, by the claim
+# (``_wait_start``): it makes the group and level records the hand-off will
+# fill in (``_spare``, ``_spare_level``: one of each, kept on the transport)
+# and compacts the expiry heap, so that the publish that wakes it allocates
+# next to nothing and pays for no compaction.
 #
 # The queue: one FIFO of waiter records per distinct floor (``min_priority``)
 # in ``_wqueues``, the floors ascending in ``_wfloors``; each record is
@@ -662,6 +673,9 @@ class InMemoryTransport:
         self._timer: Any = None  # the expiry timer (_waiting.py), started on first use
         self._poke = False  # the timer must be poked after the lock is released
         self._orphans: List[_Waiter] = []  # records ended from nested user code (see _wait_end)
+        # records for _hand_new, made by a claim before it waits (see _wait_start)
+        self._spare: Optional[_Group] = None
+        self._spare_level: Optional[_Level] = None
         self._wakeups = [0, 0]  # wakes promised: hand-offs, close (for tests)
         self._paused = 0  # groups paused
         self._idle = 0  # groups holding no message (each one paused)
@@ -680,8 +694,18 @@ class InMemoryTransport:
             group_id = _check_id(group_id, "group_id")
         if type(priority) is not int or not _INT64_MIN <= priority <= _INT64_MAX:
             priority = _check_priority(priority, "priority")
+        now = error = None
         if self._nwaiting and not self._busy:
-            return self._publish_to_waiters(group_id, event, priority)
+            # The wake-up path (the waiters section): the clock is read
+            # first, outside the lock, so that the message is added and
+            # handed to a waiting claim in one locked step.
+            try:
+                now = self._clock()
+                if type(now) is not float or now - now != 0.0:
+                    now = _check_time(now)
+            except BaseException as exc:  # noqa: B036 - _serve_waiters re-raises it unless ordinary
+                now, error = None, exc
+        chain = None
         with self._lock:
             self._seq = seq = self._seq + 1
             if self._busy:
@@ -693,15 +717,40 @@ class InMemoryTransport:
                 return seq
             self._busy = True
             try:
-                self._add(seq, group_id, event, priority)
-            except BaseException:
-                if self._seq == seq:  # nothing published since: the number is free again
-                    self._seq = seq - 1
-                raise
+                try:
+                    if now is not None and self._nwaiting:
+                        chain = self._hand_new(seq, group_id, event, priority, now)
+                    if chain is None:
+                        self._add(seq, group_id, event, priority)
+                except BaseException:
+                    if self._seq == seq:  # nothing published since: the number is free again
+                        self._seq = seq - 1
+                    raise
+                if now is not None:
+                    if chain is None:
+                        chain = self._serve_in(now)  # added: serve as usual
+                    elif self._orphans or self._pending or self._closed:
+                        # User code that ran in _hand_new's step (a finaliser): serve what it did.
+                        self._serve_nested(self._time, chain)
             finally:
-                self._settle()
-        if self._nwaiting:
-            self._serve_waiters(None)
+                if self._pending or self._orphans:
+                    self._settle()
+                else:
+                    self._busy = False
+        if chain is not None:
+            for w in chain:  # _wake, inline
+                w.wake()
+            if self._poke:
+                self._poke = False
+                _waiting.poke_timer(self)
+            if self._nwaiting and (self._orphans or self._seq != seq):
+                # User code run by _settle (a finaliser) ended a wait or
+                # published: serve that, as a separate serving would have.
+                self._serve_waiters(now)
+        elif self._nwaiting:
+            # (the claims that waited left meanwhile and new ones came, or
+            # the clock failed: then ``error`` tells _serve_waiters not to read it)
+            self._serve_waiters(now, error)
         return seq
 
     def claim(
@@ -2005,65 +2054,139 @@ class InMemoryTransport:
 
     # -- waiting claims (the waiters section; _waiting.py is the other side)
 
-    def _publish_to_waiters(self, group_id: str, event: Any, priority: int) -> int:
-        """``publish`` while claims wait (arguments checked): the wake-up path.
+    def _hand_new(self, seq: int, group_id: str, event: Any, priority: int, now: float) -> Optional[List[_Waiter]]:
+        """``publish``'s locked step while claims wait (``now``: its clock
+        reading, made before the lock), when its message creates a group and
+        nothing else is claimable for any waiting claim (the usual case): the
+        group goes straight to the longest waiting claim whose floor admits
+        it, created leased to that claim exactly as ``_add`` and then
+        ``_hand_off`` would leave it, without entering the ready set and
+        leaving it again.  Returns the waiters to wake (that one, dequeued
+        and handed), or None when this is not that case and nothing was done
+        (``publish`` adds the message, then serves as usual).  The group and
+        level records are the spares a waiting claim made (``_wait_start``)
+        when there are some.  All or nothing: a MemoryError leaves the
+        transport as it was.
 
-        The clock is read first (outside the lock, as ``_serve_waiters``
-        would read it after), so that the message is added and handed to a
-        waiting claim in one locked step: one lock, one operation's
-        bookkeeping, the wake right after.  The locked step is ``publish``'s
-        own (the same ``_add``, the same undo of the sequence number); what a
-        finaliser does in it is served after it, as a separate serving would.
-        A failing clock is ``_serve_waiters``'s case: nothing is handed over,
-        the timer looks, ``KeyboardInterrupt`` and the like propagate after
-        the message is published.
+        It is the case when the group does not exist, no lock has expired by
+        ``now`` and no ready group is admitted by the lowest floor waiting:
+        then the new group is what ``_find(floor)`` returns for every floor
+        that admits it (and nothing for the others), so ``_serve_locked``
+        would hand it to that claim and find nothing more to serve.
         """
-        now: Optional[float] = None
-        error: Optional[BaseException] = None
+        groups = self._groups
+        if group_id in groups or self._orphans or self._closed:
+            return None
+        if now < self._time:
+            now = self._time
+        else:
+            self._time = now
+        expiry = self._expiry
+        if expiry and expiry[0][0] < now:
+            return None  # expiry first (_serve_locked): the groups it frees come before a new one
+        floors = self._wfloors
+        root = self._root
+        if root is not None and root.best is not None and self._find(floors[0]) is not None:
+            return None  # something ready is claimable (served next anyway): the general way
+        queues = self._wqueues
+        w: Optional[_Waiter] = None
+        at = i = 0
+        for floor in floors:  # ascending: the floors that admit ``priority`` come first
+            if floor > priority:
+                break
+            head = queues[floor].head
+            assert head is not None
+            if w is None or head.arrival < w.arrival:
+                w = head
+                at = i
+            i += 1
+        if w is None:
+            return None  # no waiting claim admits it: it is just added
+        # Allocations first; the records come from the spares a waiting
+        # claim made (see _wait_start) when there are some.
+        chain = [w]
+        level = self._levels.get(priority)
+        if level is None:
+            level = self._spare_level
+            if level is None:
+                level = _Level(priority, self._rng.random())
+            else:
+                level.priority = priority
+            self._levels[priority] = level
+            self._spare_level = None
+            self._root = _treap_insert(self._root, level)
+        group = self._spare
         try:
-            now = self._clock()
-            if type(now) is not float or now - now != 0.0:
-                now = _check_time(now)
-        except BaseException as exc:  # noqa: B036 - re-raised by _serve_waiters unless ordinary
-            error = exc
-            now = None
-        chain: Optional[List[_Waiter]] = None
-        with self._lock:
-            self._seq = seq = self._seq + 1
-            if self._busy:  # as in publish
-                self._pending.append((seq, group_id, event, priority))
-                return seq
-            self._busy = True
-            try:
+            if group is None:
+                group = _Group(group_id, level, seq, event)
+            else:
+                group.messages[0] = (seq, event)
+                group.group_id = group_id
+                group.level = level
+            groups[group_id] = group
+            expires_at = now + w.visibility
+            tick = 0
+            if expires_at != _INF:  # an infinite lease never expires: no entry
+                tick = self._tick + 1
                 try:
-                    self._add(seq, group_id, event, priority)
+                    heappush(expiry, (expires_at, tick, group))
                 except BaseException:
-                    if self._seq == seq:  # nothing published since: the number is free again
-                        self._seq = seq - 1
+                    del groups[group_id]
                     raise
-                if now is not None and self._nwaiting:
-                    chain = self._serve_in(now)
-            finally:
-                self._settle()
-        if chain is not None:
-            for w in chain:  # _wake, inline
-                w.wake()
-            if self._poke:
-                self._poke = False
-                _waiting.poke_timer(self)
-            if self._nwaiting and (self._orphans or self._seq != seq):
-                # User code run by _settle (a finaliser) ended a wait or
-                # published: serve that, as a separate serving would have.
-                self._serve_waiters(now)
-        elif error is not None:
-            self._serve_waiters(None, error)
-        elif self._nwaiting:
-            self._serve_waiters(now)  # (the claims that waited left meanwhile; new ones came)
-        return seq
+                self._tick = tick
+        except BaseException:
+            self._spare = None  # it may hold the event now: let it go with the failed publish
+            if level.groups == 0:  # made for this group alone
+                del self._levels[priority]
+                self._root = _treap_delete(self._root, priority)
+            raise
+        # --- commit: nothing below allocates
+        self._spare = None
+        level.groups += 1
+        self._messages += 1
+        self._claims = claims = self._claims + 1
+        self._leased += 1
+        group.lock = _LEASED
+        group.worker_id = w.worker_id
+        group.expires_at = expires_at
+        group.key = claims
+        group.last_claimed_at = now
+        group.attempt = 1
+        group.open = True
+        # the waiter: the lease, what an undo restores (a never-claimed
+        # group's key, no claim time, no open delivery), out of its FIFO
+        w.prev_key = seq - _NEVER_CLAIMED
+        w.prev_claimed_at = 0.0
+        w.prev_open = False
+        w.seq = seq
+        w.event = event
+        w.group_id = group_id
+        w.expires_at = expires_at
+        w.attempt = 1
+        nxt = w.next  # _dequeue of a FIFO's head, inline
+        if nxt is None:
+            del queues[w.floor]
+            del floors[at]
+        else:
+            queues[w.floor].head = nxt
+            nxt.prev = None
+            w.next = None
+        self._nwaiting -= 1
+        w.state = _W_HANDED
+        w.pending = True  # _promise (a queued record has none pending)
+        self._wakeups[0] += 1
+        if tick:
+            group.tick = tick
+            self._live_expiry += 1
+            # No _maybe_rebuild_expiry here: the claim served made that check
+            # before it waited (_wait_start), off the wake-up path.
+        if self._nwaiting:
+            self._arm_timer()  # for the claims still waiting: the new lease may expire first
+        return chain
 
     def _serve_in(self, now: float) -> List[_Waiter]:
-        """``publish``'s serving, in its own locked step after its message was
-        added (``now``: the clock read before the lock): what
+        """``publish``'s serving, in its own locked step after its message
+        was added (``now``: the clock read before the lock): what
         ``_serve_waiters`` does under the lock.  Returns the waiters to wake."""
         pending = self._pending
         while pending:  # as _settle would have before a separate serving
@@ -2334,6 +2457,13 @@ class InMemoryTransport:
         """Read the clock; claim for ``w`` or queue it (see ``_waiting.py``)."""
         now = _check_time(self._clock())
         chain: List[_Waiter] = []
+        # The records a direct hand-off of a new group needs (_hand_new), made
+        # here, before the wait, so that the publish that wakes a claim
+        # allocates next to nothing: a group record (made by the first claim
+        # to wait, and by the first after each direct hand-off) and a level.
+        # Read without the lock, the tests only save making one that is there.
+        spare = _Group("", None, 0, None) if self._spare is None else None  # type: ignore[arg-type]
+        spare_level = _Level(0, 0.0) if self._spare_level is None else None
         with self._lock:
             if self._busy:
                 raise _reentered("claim")
@@ -2346,12 +2476,23 @@ class InMemoryTransport:
                         now = self._time
                     else:
                         self._time = now
+                    try:
+                        # For the direct hand-offs, which push expiry entries
+                        # without this check: at most one per claim waiting.
+                        self._maybe_rebuild_expiry(self._live_expiry)
+                    except MemoryError:  # best effort: the stale entries stay
+                        pass
                     self._enqueue(w)
                     w.pending = True  # its owner is running this: no wake for it
                     self._serve_locked(now, chain)
                     self._serve_nested(now, chain)
                     if w.state == _W_WAITING:
                         w.pending = False
+                    if self._spare is None:
+                        self._spare = spare
+                    if self._spare_level is None and spare_level is not None:
+                        spare_level.weight = self._rng.random()
+                        self._spare_level = spare_level
             finally:
                 self._settle()
         self._wake(chain)
@@ -2395,13 +2536,23 @@ class InMemoryTransport:
         if keep:
             # The common end, on the wake-up path: a lease was handed over.  A
             # handed record is no longer queued (only its owner touches it),
-            # so there is nothing to serve: mark it, build the lease after the lock.
+            # so there is nothing to serve: mark it, build the lease after the
+            # lock (_lease_of, inline: this runs before the woken claim returns).
             with self._lock:
                 handed = w.state == _W_HANDED and not self._busy
                 if handed:
                     w.state = _W_IDLE
             if handed:
-                return self._lease_of(w)
+                lease = _LeaseBuilder()
+                lease.seq = w.seq
+                lease.group_id = w.group_id
+                lease.event = w.event
+                lease.worker_id = w.worker_id
+                lease.expires_at = w.expires_at
+                lease.attempt = w.attempt
+                lease._owner = self._owner
+                lease.__class__ = Lease  # type: ignore[assignment]
+                return lease  # type: ignore[return-value]
         chain: List[_Waiter] = []
         with self._lock:
             if self._busy:
