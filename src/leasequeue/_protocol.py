@@ -15,14 +15,15 @@ for only that part:
 
 ==========================  ================================================
 :class:`CoreTransport`      Part 1: publish, claim, ack, nack, extend, stats,
-                            ``len``, close, the context manager
+                            ``len``, close, the context manager; and
+                            Part 5's release (a hand-back that does not count)
 :class:`WaitingTransport`   Part 2: ``claim(timeout=)``, ``aclaim``, ``closed``
 :class:`ControlPlane`       Part 2: pause, resume, purge, set_priority,
                             group, groups
 :class:`BatchTransport`     Part 2: publish_many, claim_many, ack_many;
                             and ack_and_claim (a job's ack and the next
                             claim in one call)
-:class:`Quarantine`         Part 4: bury, skip, peek
+:class:`Quarantine`         Part 4: bury, skip, peek; and Part 5's retry
 :class:`Transport`          all of them
 ==========================  ================================================
 
@@ -85,8 +86,16 @@ _T = TypeVar("_T")
 class CoreTransport(Protocol[L]):
     """Part 1: the seed's transport (publish, claim, ack, nack, extend, stats)."""
 
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
-        """Append ``event`` to ``group_id``; returns its seq."""
+    def publish(
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None
+    ) -> int:
+        """Append ``event`` to ``group_id``; returns its seq.
+
+        ``delay`` > 0 schedules it: not delivered before ``now + delay``
+        (its group's later messages wait behind it).  ``key``: an
+        idempotency key in the group; while it is held, the publish changes
+        nothing and returns the seq of the message that holds it.
+        """
 
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0) -> Optional[L]:
         """Lease the next eligible message for ``visibility`` seconds, or ``None``."""
@@ -97,11 +106,15 @@ class CoreTransport(Protocol[L]):
     def nack(self, lease: L, delay: float = 0.0) -> None:
         """Retry now (``delay == 0``) or park the message, blocking its group, for ``delay`` s."""
 
+    def release(self, lease: L, delay: float = 0.0) -> None:
+        """``nack(lease, delay)`` whose delivery does not count: the next
+        delivery carries the same ``attempt`` as this one."""
+
     def extend(self, lease: L, visibility: float) -> L:
         """Heartbeat: the same delivery, leased until ``now + visibility``."""
 
     def stats(self) -> TransportStats:
-        """Counts as of now (messages, groups, leased, parked, paused)."""
+        """Counts as of now (messages, groups, leased, parked, paused, buried, scheduled)."""
 
     def __len__(self) -> int:
         """Messages held: ready + leased + parked."""
@@ -160,8 +173,8 @@ class BatchTransport(Protocol[L]):
     """Part 2: many messages per call, under one lock and one clock read
     (and ``ack_and_claim``: a job's ack and the next claim in one call)."""
 
-    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
-        """Publish ``(group_id, event[, priority])`` items; returns their seqs."""
+    def publish_many(self, items: Iterable[Tuple[Any, ...]], *, delay: float = 0.0) -> List[int]:
+        """Publish ``(group_id, event[, priority[, key]])`` items; returns their seqs."""
 
     def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[L]:
         """What ``max_count`` successive claims at one ``now`` would return."""
@@ -192,6 +205,11 @@ class Quarantine(Protocol[L_contra]):
 
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The group's oldest ``max_count`` messages, head first, whatever their state."""
+
+    def retry(self, group_id: str) -> bool:
+        """Run the head again from scratch: its attempt count back to 0, a
+        bury lifted, a park ended (a pause and a schedule stay); False if
+        the group is unknown, empty, or its head is under a live lease."""
 
 
 class Transport(WaitingTransport[L], ControlPlane, BatchTransport[L], Quarantine[L], Protocol[L]):

@@ -32,6 +32,10 @@ class TransportStats(NamedTuple):
     #: Groups buried by ``bury()`` (until ``resume`` or ``skip``).  New in
     #: 0.4; it defaults to 0 so that the four- and five-field forms still build.
     buried: int = 0
+    #: Messages published with a ``delay`` and not yet due, wherever they
+    #: stand in their group (they count in ``messages`` too).  New in 0.6,
+    #: with a default, so the earlier forms still build.
+    scheduled: int = 0
 
 
 class GroupInfo(NamedTuple):
@@ -41,7 +45,9 @@ class GroupInfo(NamedTuple):
     priority: int
     #: Messages held: ready + leased + parked.
     messages: int
-    #: ``"ready"``, ``"leased"``, ``"parked"``, ``"buried"`` or ``"paused"``.
+    #: ``"ready"``, ``"leased"``, ``"parked"``, ``"buried"``, ``"paused"`` or
+    #: ``"scheduled"`` (the head was published with a delay and is not due;
+    #: the lowest in precedence: a paused group with such a head is ``"paused"``).
     state: str
     #: Paused by ``pause()``; a leased message of a paused group reports
     #: ``state="leased"`` and ``paused=True``.
@@ -60,6 +66,9 @@ class GroupInfo(NamedTuple):
     #: The ``bury()`` reason while the group is buried, else ``None``.  New
     #: in 0.4, last and with a default, so the ten-field form still builds.
     reason: Optional[str] = None
+    #: The head's due time while it is scheduled and not due, else ``None``.
+    #: New in 0.6, last and with a default.
+    due_at: Optional[float] = None
 
 
 class Message(NamedTuple):
@@ -68,5 +77,12 @@ class Message(NamedTuple):
     seq: int
     #: The published object (in memory), or an equal copy (durable backends).
     event: Any
-    #: Deliveries so far (0 for a message never claimed).
+    #: Its attempt count: deliveries so far (0 for a message never claimed);
+    #: ``release`` hands one back, ``retry`` resets it to 0.
     attempt: int
+    #: The due time it was published with (``publish(..., delay=d)``:
+    #: ``now + d``), also once it is due; ``None`` for a publish without delay.
+    #: New in 0.6, with a default.
+    due_at: Optional[float] = None
+    #: Its idempotency key (``publish(..., key=k)``), else ``None``.  New in 0.6.
+    key: Optional[str] = None

@@ -12,7 +12,7 @@ before any transport takes its lock.
 from __future__ import annotations
 
 import math
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 from ._types import PARKED
 
@@ -23,6 +23,8 @@ __all__ = [
     "check_duration",
     "check_id",
     "check_item",
+    "check_key",
+    "check_keyed_item",
     "check_priority",
     "check_reason",
     "check_time",
@@ -145,3 +147,33 @@ def check_item(item: Any) -> Tuple[str, Any, int]:
     group_id = check_id(tuple.__getitem__(item, 0), "group_id")
     priority = check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
     return group_id, tuple.__getitem__(item, 1), priority
+
+
+def check_key(value: Any) -> Optional[str]:
+    """``publish``'s idempotency ``key``: ``None`` or a ``str``; a subclass
+    becomes an exact ``str`` (no user ``__hash__``/``__eq__`` under a lock)."""
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__getitem__(value, slice(None))
+    raise TypeError(f"key must be a str or None, not {type(value).__name__}")
+
+
+def check_keyed_item(item: Any) -> Tuple[str, Any, int, Optional[str]]:
+    """One ``publish_many`` item of 0.6: ``(group_id, event)``, ``(group_id,
+    event, priority)`` or ``(group_id, event, priority, key)``, as
+    ``(group_id, event, priority, key)`` checked as ``publish`` checks them
+    (fields in order: group_id, priority, key).
+
+    It must be a ``tuple``; a subclass (a named tuple) is read as the tuple it
+    is, without calling its own ``__len__``/``__getitem__``.
+    """
+    if not issubclass(type(item), tuple):  # the real type: a faked __class__ does not count
+        raise TypeError(f"publish_many items must be tuples, not {type(item).__name__}")
+    size = tuple.__len__(item)
+    if size < 2 or size > 4:
+        raise ValueError(f"a publish_many item has 2, 3 or 4 fields, not {size}")
+    group_id = check_id(tuple.__getitem__(item, 0), "group_id")
+    priority = check_priority(tuple.__getitem__(item, 2), "priority") if size >= 3 else 0
+    key = check_key(tuple.__getitem__(item, 3)) if size == 4 else None
+    return group_id, tuple.__getitem__(item, 1), priority, key
