@@ -52,7 +52,7 @@ def test_conversions_as_claim_makes_them(transport: Any) -> None:
     lease = transport.ack_and_claim(lease, "w", -0.0)
     assert lease.expires_at == 1000.0 and transport.stats().leased == 1  # expires_at == now: live
     assert transport.ack_and_claim(lease, "w", 1, min_priority=Level(1)) is None
-    assert transport.stats() == (1, 1, 0, 0, 0, 0)
+    assert transport.stats() == (1, 1, 0, 0, 0, 0, 0)
 
 
 def test_its_lease_is_a_lease_like_any(transport: Any, clock: ManualClock) -> None:
@@ -125,7 +125,7 @@ def test_an_emptied_paused_group_is_kept(transport: Any) -> None:
     lease = transport.claim("w", 30)
     transport.pause("p")
     assert transport.ack_and_claim(lease, "w", 30) is None
-    assert transport.stats() == (0, 0, 0, 0, 1, 0)
+    assert transport.stats() == (0, 0, 0, 0, 1, 0, 0)
     assert transport.group("p").state == "paused"
 
 

@@ -44,17 +44,17 @@ def drain(t: Any, clock: ManualClock) -> List[Any]:
 
 def test_stats_built_with_0_1_0s_four_fields_has_no_paused_group() -> None:
     stats = TransportStats(5, 4, 1, 0)
-    assert stats == (5, 4, 1, 0, 0, 0) and stats.paused == 0 and stats.buried == 0
+    assert stats == (5, 4, 1, 0, 0, 0, 0) and stats.paused == 0 and stats.buried == 0
 
 
 def test_stats_built_with_0_2_0s_five_fields_has_no_buried_group() -> None:
     stats = TransportStats(5, 4, 1, 0, 2)
-    assert stats == (5, 4, 1, 0, 2, 0) and stats.paused == 2 and stats.buried == 0
+    assert stats == (5, 4, 1, 0, 2, 0, 0) and stats.paused == 2 and stats.buried == 0
 
 
 def test_group_info_built_with_0_2_0s_ten_fields_has_no_reason() -> None:
     info = GroupInfo("g", 0, 1, "ready", False, 1, None, None, None, None)
-    assert info.reason is None and len(info) == 11 and info._fields[-1] == "reason"
+    assert info.reason is None and info.due_at is None and len(info) == 12 and info._fields[-2:] == ("reason", "due_at")
 
 
 # -- pause ---------------------------------------------------------------------------
@@ -780,9 +780,10 @@ def test_which_operations_read_the_clock(transport: Any, clock: ManualClock) -> 
         assert clock.reads - before == reads
 
 
-def test_stats_has_six_named_fields(transport: Any) -> None:
+def test_stats_has_seven_named_fields(transport: Any) -> None:
     stats: Optional[TransportStats] = transport.stats()
-    assert stats is not None and stats._fields == ("messages", "groups", "leased", "parked", "paused", "buried")
+    assert stats is not None
+    assert stats._fields == ("messages", "groups", "leased", "parked", "paused", "buried", "scheduled")
     assert type(stats) is TransportStats
 
 

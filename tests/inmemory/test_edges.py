@@ -137,14 +137,14 @@ def test_an_expiry_is_seen_on_a_clock_near_zero(transport_cls: Any, first: str) 
     t.claim("crashes", 0.5)
     t.publish("parked", "p")
     t.nack(t.claim("w", 100.0), 0.25)
-    assert t.stats() == (2, 2, 1, 1, 0, 0)
+    assert t.stats() == (2, 2, 1, 1, 0, 0, 0)
     clock.advance(1.0)  # now 1.0: both locks ran out
     if first == "stats":
-        assert t.stats() == (2, 2, 0, 0, 0, 0)
+        assert t.stats() == (2, 2, 0, 0, 0, 0, 0)
     else:
         lease = t.claim("w", 10.0)
         assert lease is not None and (lease.group_id, lease.attempt) == ("late", 2)
-        assert t.stats() == (2, 2, 1, 0, 0, 0)
+        assert t.stats() == (2, 2, 1, 0, 0, 0, 0)
 
 
 # -- round-robin: a forgotten group starts fresh -------------------------------------

@@ -146,7 +146,7 @@ def assert_intact(t: Any, clock: Any, held: Dict[int, Any], groups: Optional[int
         seen.append(lease.seq)
         t.ack(lease)
     assert sorted(seen) == sorted(held), "messages lost or delivered twice"
-    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0, 0)
+    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0, 0, 0)
 
 
 def snapshot(t: Any) -> tuple:
@@ -252,7 +252,7 @@ def _drain_order(t: Any, clock: FaultyClock) -> List[tuple]:
         while (lease := run_with_deadline(lambda: t.claim("d", 10.0))) is not None:
             out.append((lease.seq, lease.group_id, lease.attempt, lease.event))
             t.ack(lease)
-    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0, 0)
+    assert len(t) == 0 and tuple(t.stats()) == (0, 0, 0, 0, 0, 0, 0)
     return out
 
 

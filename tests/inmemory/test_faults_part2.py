@@ -109,7 +109,7 @@ CASES = {
         k = done.index(False) if False in done else len(done)
         listed = [g.group_id for g in a.groups()]
         assert listed == names[:k], (len(listed), k)
-        assert a.stats() == (0, 0, 0, 0, k, 0)
+        assert a.stats() == (0, 0, 0, 0, k, 0, 0)
         for name in names[:k]:
             b.pause(name)
         a.publish(names[0], "e")
@@ -157,7 +157,7 @@ CASES = {
             assert lease.event not in seen and lease.seq == lease.event + 1
             seen.add(lease.event)
             a.ack(lease)
-        assert len(seen) == 200_000 and a.stats() == (0, 0, 0, 0, 0, 0)
+        assert len(seen) == 200_000 and a.stats() == (0, 0, 0, 0, 0, 0, 0)
     """,
     # purge of a big group: the events' holder is allocated first
     "purge": """

@@ -124,7 +124,7 @@ def test_a_group_buried_and_lifted_many_times_leaves_nothing_behind(make_transpo
         assert t.stats().buried == 0
         while (lease := t.claim("w", 30)) is not None:
             t.ack(lease)
-        assert len(t) == 0 and t.groups() == [] and tuple(t.stats()) == (0, 0, 0, 0, 0, 0)
+        assert len(t) == 0 and t.groups() == [] and tuple(t.stats()) == (0, 0, 0, 0, 0, 0, 0)
     t.publish("fresh", 1)
     assert t.peek("fresh") and t.claim("w", 30).group_id == "fresh"
 

@@ -9,7 +9,7 @@ nack(0) and ack.  An independent log, under its own lock, proves:
   previous holder left; a group found occupied is a violation;
 * nothing lost, nothing doubled: every published seq is acked exactly once;
 * FIFO: each group's messages are acked in publish order;
-* the transport ends empty: ``len == 0``, ``stats() == (0, 0, 0, 0, 0, 0)``.
+* the transport ends empty: ``len == 0``, ``stats() == (0, 0, 0, 0, 0, 0, 0)``.
 
 No lease expires (frozen fake clock, or the real clock with a visibility far
 longer than the test), so a second live lease could only come from a race.
@@ -148,7 +148,7 @@ def test_publishers_and_claimers_at_once(
     for group, seqs in published.items():
         assert ack_order[group] == seqs, f"{group} not FIFO"
     assert len(transport) == 0
-    assert tuple(transport.stats()) == (0, 0, 0, 0, 0, 0)
+    assert tuple(transport.stats()) == (0, 0, 0, 0, 0, 0, 0)
 
 
 def test_many_threads_one_group_serialised(make_transport: Callable[..., Any], many_switches: None) -> None:

@@ -136,7 +136,7 @@ def test_skip_lifts_a_bury_and_forgets_an_emptied_group(t: ReferenceTransport) -
     assert (lease.seq, lease.attempt) == (2, 1)
     t.bury(lease)
     assert t.skip("g") is True
-    assert t.group("g") is None and t.stats() == (0, 0, 0, 0, 0, 0)
+    assert t.group("g") is None and t.stats() == (0, 0, 0, 0, 0, 0, 0)
 
 
 def test_skip_reads_the_clock_once_and_a_failing_clock_changes_nothing(t: ReferenceTransport,
@@ -176,7 +176,7 @@ def test_purge_of_a_buried_group(t: ReferenceTransport) -> None:
     t.publish("g", "f")
     t.bury(t.claim("w", 10))
     assert t.purge("g") == 2
-    assert t.group("g") is None and t.stats() == (0, 0, 0, 0, 0, 0)
+    assert t.group("g") is None and t.stats() == (0, 0, 0, 0, 0, 0, 0)
 
 
 def test_closed_and_not_usable_validates_then_refuses(clock: ManualClock) -> None:

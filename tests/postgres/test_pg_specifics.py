@@ -66,7 +66,7 @@ def test_a_lease_whose_fields_name_nothing_is_lost(pg: Any, impl: Any, change: d
         with pytest.raises(LeaseLost):
             call(forged)
     assert pg.ack_many([forged]) == [forged]
-    assert tuple(pg.stats()) == (1, 1, 1, 0, 0, 0)
+    assert tuple(pg.stats()) == (1, 1, 1, 0, 0, 0, 0)
     pg.ack(real)
 
 

@@ -125,4 +125,4 @@ def test_expiry_counts_out_leases_and_parks(tmp_path: Any) -> None:
         assert tuple(t.stats())[2:4] == (1, 0)
         t.pause("a")
         assert t.purge("a") == 1
-        assert tuple(t.stats()) == (2, 2, 0, 0, 0, 0)
+        assert tuple(t.stats()) == (2, 2, 0, 0, 0, 0, 0)

@@ -281,7 +281,7 @@ def test_an_undecodable_event_stays_leased(tmp_path: Any) -> None:
             t.claim("w", 10)
         with pytest.raises(EventDecodeError) as second:
             t.ack_and_claim(first.value.lease, "w", 10)  # the ack and the claim stand
-        assert second.value.lease.seq == 5 and t.stats() == (1, 1, 1, 0, 0, 0)
+        assert second.value.lease.seq == 5 and t.stats() == (1, 1, 1, 0, 0, 0, 0)
         assert t.ack_and_claim(second.value.lease, "w", 10) is None
         assert len(t) == 0
 

@@ -318,7 +318,7 @@ def test_an_interrupt_after_ack_and_claim_commits_undoes_its_claim_only(tmp_path
         with pytest.raises(Interrupt):
             t.ack_and_claim(lease, "w", 30)  # acks a's first message, claims b
         assert not armed[0], "the interrupt did not happen"
-        assert t.stats() == (2, 2, 0, 0, 0, 0)
+        assert t.stats() == (2, 2, 0, 0, 0, 0, 0)
         assert t.group("b").last_claimed_at is None
         with pytest.raises(LeaseLost):
             t.ack(lease)

@@ -29,7 +29,17 @@ from .._errors import LeaseLost
 from .._serializers import EventDecodeError
 from .._validation import INT64_MAX
 
-__all__ = ["LEASE_TYPES", "DeliveryKey", "check_lease", "decoded_lease", "issue", "lease_class", "lease_key", "lost"]
+__all__ = [
+    "LEASE_TYPES",
+    "DeliveryKey",
+    "check_lease",
+    "decoded_lease",
+    "issue",
+    "lease_class",
+    "lease_delivery",
+    "lease_key",
+    "lost",
+]
 
 
 def _lease_types() -> Tuple[type, ...]:
@@ -77,6 +87,14 @@ def lease_key(lease: Any) -> DeliveryKey:
     return (group_id, attempt, seq, worker_id)
 
 
+def lease_delivery(lease: Any) -> Optional[int]:
+    """The number of the delivery an issued lease names (the claim number of
+    the claim that made it: docs/decisions.md, "Fencing by delivery"), or
+    None for a lease built by hand, which is matched by its fields alone."""
+    delivery = lease._delivery
+    return delivery if type(delivery) is int else None
+
+
 def lost(lease: Any) -> LeaseLost:
     """The error for a lease that is not current."""
     return LeaseLost(
@@ -96,13 +114,37 @@ def lease_class() -> Any:
 _Lease = lease_class()
 
 
-def issue(seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int) -> Any:
-    """A ``leasequeue.Lease`` built from its six fields."""
-    return _Lease(seq, group_id, event, worker_id, expires_at, attempt)
+def _durable_lease_builder() -> Callable[..., Any]:
+    """The ``_durable_lease`` of the module that defines ``_Lease``."""
+    if _Lease is _inmemory_py.Lease:
+        return _inmemory_py._durable_lease
+    from .inmemory import transport_c
+
+    return transport_c._durable_lease  # type: ignore[no-any-return]
+
+
+_build = _durable_lease_builder()
+
+
+def issue(
+    seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int, delivery: Optional[int] = None
+) -> Any:
+    """A ``leasequeue.Lease`` built from its six fields, naming delivery
+    ``delivery`` (None: a lease as the public constructor builds it)."""
+    if delivery is None:
+        return _Lease(seq, group_id, event, worker_id, expires_at, attempt)
+    return _build(seq, group_id, event, worker_id, expires_at, attempt, delivery)
 
 
 def decoded_lease(
-    loads: Callable[[Any], Any], data: Any, seq: int, group_id: str, worker_id: str, expires_at: float, attempt: int
+    loads: Callable[[Any], Any],
+    data: Any,
+    seq: int,
+    group_id: str,
+    worker_id: str,
+    expires_at: float,
+    attempt: int,
+    delivery: Optional[int] = None,
 ) -> Any:
     """The lease of a claimed message, its event ``loads(data)``.
 
@@ -116,6 +158,6 @@ def decoded_lease(
         raise EventDecodeError(
             f"the event of message {seq} in group {group_id!r} could not be deserialized "
             f"({type(exc).__name__}: {exc}); it stays leased to {worker_id!r} until {expires_at}",
-            _Lease(seq, group_id, data, worker_id, expires_at, attempt),
+            issue(seq, group_id, data, worker_id, expires_at, attempt, delivery),
         ) from exc
-    return _Lease(seq, group_id, event, worker_id, expires_at, attempt)
+    return issue(seq, group_id, event, worker_id, expires_at, attempt, delivery)

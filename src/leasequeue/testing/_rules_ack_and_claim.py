@@ -167,7 +167,7 @@ class AckAndClaimRules(ContractBase):
         transport.publish("g", "g1", priority=3)
         lease = transport.claim("w", 30)
         assert self.run_with_deadline(lambda: transport.ack_and_claim(lease, "w", 30)) is None
-        assert len(transport) == 0 and tuple(transport.stats()) == (0, 0, 0, 0, 0, 0)
+        assert len(transport) == 0 and tuple(transport.stats()) == (0, 0, 0, 0, 0, 0, 0)
         with pytest.raises(LeaseLost):
             transport.ack(lease)  # acked for good
         transport.publish("g", "g2")  # the group was forgotten: created fresh, with priority 0
@@ -176,7 +176,7 @@ class AckAndClaimRules(ContractBase):
         lease = transport.claim("w", 30)
         assert (lease.seq, lease.attempt) == (2, 1)
         assert transport.ack_and_claim(lease, "w", 30, min_priority=INT64_MAX) is None
-        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0, 0)
         lease = transport.claim("w", 30)
         assert (lease.group_id, lease.seq, lease.attempt) == ("g", 3, 1)
 
@@ -193,7 +193,7 @@ class AckAndClaimRules(ContractBase):
             seen.append((lease.group_id, lease.seq, lease.attempt))
             lease = transport.ack_and_claim(lease, "w", 30)
         assert seen == [("g", 1, 1), ("g", 2, 1), ("g", 3, 1), ("g", 4, 1)]
-        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0, 0)
 
     @requires("supports_ack_and_claim", ACK_AND_CLAIM)
     def test_ack_and_claim_keeps_the_round_robin(self, transport: Any) -> None:

@@ -139,7 +139,7 @@ def _check_prio_min(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any
 
 def _check_floor_max(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any) -> None:
     assert result is None
-    assert t.stats() == (5, 4, 1, 1, 0, 0)
+    assert t.stats() == (5, 4, 1, 1, 0, 0, 0)
 
 
 def _check_floor_min(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any) -> None:
@@ -164,21 +164,21 @@ def _check_vis_zero(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any
 def _check_extend_inf(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any) -> None:
     assert (result.group_id, result.seq, result.attempt, result.expires_at) == ("b", 3, 1, math.inf)
     clock.advance(1e300)
-    assert t.stats() == (5, 4, 1, 0, 0, 0)
+    assert t.stats() == (5, 4, 1, 0, 0, 0, 0)
     t.ack(l["current"])  # the old lease names the same delivery
 
 
 def _check_nack_inf(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any) -> None:
     assert result is None
-    assert t.stats() == (5, 4, 0, 2, 0, 0)
+    assert t.stats() == (5, 4, 0, 2, 0, 0, 0)
     clock.advance(1e300)
-    assert t.stats() == (5, 4, 0, 1, 0, 0)  # d's park ended, b's never does
+    assert t.stats() == (5, 4, 0, 1, 0, 0, 0)  # d's park ended, b's never does
     assert _ids(ContractBase.claim_all(t)) == [("c", 4, 1), ("a", 1, 2), ("d", 5, 2)]
 
 
 def _check_nack_neg0(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any) -> None:
     assert result is None
-    assert t.stats() == (5, 4, 0, 1, 0, 0)  # b is free at once, as with nack(0)
+    assert t.stats() == (5, 4, 0, 1, 0, 0, 0)  # b is free at once, as with nack(0)
     assert _ids(ContractBase.claim_all(t)) == [("c", 4, 1), ("a", 1, 2), ("b", 3, 2)]
 
 

@@ -182,7 +182,7 @@ class BatchRules(ContractBase):
         assert self.run_with_deadline(lambda: transport.claim_many("w", 30, 5)) == []
         transport.publish("g", "e")
         assert transport.claim_many("w", 30, 0) == []
-        assert transport.stats() == (1, 1, 0, 0, 0, 0)
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0)
         got = transport.claim_many("w", 30, 5)
         assert [(x.group_id, x.seq, x.attempt, x.expires_at) for x in got] == [("g", 1, 1, 1030.0)]
         assert self.run_with_deadline(lambda: transport.claim_many("w", 30, 5)) == []
@@ -206,7 +206,7 @@ class BatchRules(ContractBase):
         assert [x.group_id for x in (lb, lc, ld)] == ["b", "c", "d"]
         lost = t.ack_many([lb, stale, lc, lb, foreign, ld])
         assert lost == [stale, lb, foreign]  # lb's second time: no longer current
-        assert len(t) == 5 and t.stats() == (5, 4, 0, 0, 0, 0)
+        assert len(t) == 5 and t.stats() == (5, 4, 0, 0, 0, 0, 0)
         assert t.ack_many([]) == []
         leases = self.claim_all(t)
         assert [(x.group_id, x.seq, x.attempt) for x in leases] == [("a", 1, 2), ("b", 4, 1), ("c", 6, 1), ("d", 8, 1)]
@@ -221,6 +221,6 @@ class BatchRules(ContractBase):
         for bad in ([la, None, lb], [la, lb, "lease"], [la, LookalikeLease(2, "b", "b", "w", 1030.0, 1)]):
             with pytest.raises(TypeError):
                 transport.ack_many(bad)
-            assert transport.stats() == (2, 2, 2, 0, 0, 0)
+            assert transport.stats() == (2, 2, 2, 0, 0, 0, 0)
         assert transport.ack_many([la, lb]) == []
         assert len(transport) == 0

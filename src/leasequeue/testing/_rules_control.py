@@ -56,7 +56,7 @@ class ControlPlaneRules(ContractBase):
         transport.publish("b", "b1")
         assert transport.pause("a") is True
         assert transport.pause("a") is False
-        assert transport.stats() == (2, 2, 0, 0, 1, 0)
+        assert transport.stats() == (2, 2, 0, 0, 1, 0, 0)
         clock.advance(1e9)
         assert [x.group_id for x in self.claim_all(transport)] == ["b"]
         assert transport.resume("a") is True
@@ -73,7 +73,7 @@ class ControlPlaneRules(ContractBase):
         transport.publish("g", "g2")
         lease = transport.claim("w", 30)
         assert transport.pause("g") is True
-        assert transport.stats() == (2, 1, 1, 0, 1, 0)
+        assert transport.stats() == (2, 1, 1, 0, 1, 0, 0)
         lease = transport.extend(lease, 10)  # still current
         transport.ack(lease)
         assert transport.claim("w", 30) is None  # g2 waits in the paused group
@@ -89,7 +89,7 @@ class ControlPlaneRules(ContractBase):
         assert transport.pause("g") is True
         clock.advance(11)  # the lease expires inside the paused group
         assert transport.claim("w", 30) is None
-        assert transport.stats() == (1, 1, 0, 0, 1, 0)
+        assert transport.stats() == (1, 1, 0, 0, 1, 0, 0)
         assert transport.resume("g") is True
         assert (transport.claim("w", 10).attempt, transport.claim("w", 10)) == (3, None)
 
@@ -122,10 +122,10 @@ class ControlPlaneRules(ContractBase):
         transport.ack(lease)
         info = transport.group("g")
         assert info is not None and (info.messages, info.state, info.paused, info.priority) == (0, "paused", True, 4)
-        assert transport.stats() == (0, 0, 0, 0, 1, 0)
+        assert transport.stats() == (0, 0, 0, 0, 1, 0, 0)
         assert transport.resume("g") is True
         assert transport.group("g") is None  # emptied: forgotten on resume
-        assert transport.stats() == (0, 0, 0, 0, 0, 0)
+        assert transport.stats() == (0, 0, 0, 0, 0, 0, 0)
         transport.publish("g", "again", priority=-1)  # created fresh: the new priority holds
         assert transport.group("g").priority == -1
         assert transport.claim("w", 30) is None
@@ -142,7 +142,7 @@ class ControlPlaneRules(ContractBase):
         assert transport.resume("unknown") is False
         assert transport.group("unknown") is None
         assert transport.resume("g") is True
-        assert transport.stats() == (2, 2, 0, 0, 0, 0)
+        assert transport.stats() == (2, 2, 0, 0, 0, 0, 0)
         again = transport.claim("w", 30)
         assert (again.group_id, again.seq, again.attempt) == ("g", 1, 2)
         transport.nack(again, 1000)
@@ -151,7 +151,7 @@ class ControlPlaneRules(ContractBase):
         assert transport.resume("g") is False
         again = transport.claim("w", 30)
         assert (again.group_id, again.seq, again.attempt) == ("g", 1, 3)
-        assert transport.stats() == (2, 2, 1, 0, 0, 0)
+        assert transport.stats() == (2, 2, 1, 0, 0, 0, 0)
 
     # -- purge ----------------------------------------------------------------------------
 

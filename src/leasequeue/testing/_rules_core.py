@@ -252,7 +252,7 @@ class CoreRules(ContractBase):
         transport.publish("g", "e")
         transport.claim("w", 10)
         clock.advance(20)
-        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0, 0)
         clock.advance(-15)
         assert transport.claim("w2", 10) is not None
 
@@ -310,7 +310,7 @@ class CoreRules(ContractBase):
         transport.publish("g", "second")
         lease = transport.claim("w", 30)
         transport.nack(lease, delay=100)
-        assert tuple(transport.stats()) == (2, 1, 0, 1, 0, 0)
+        assert tuple(transport.stats()) == (2, 1, 0, 1, 0, 0, 0)
         clock.advance(100)  # due exactly now: still parked
         assert transport.claim("w", 30) is None
         clock.advance(1)
@@ -322,7 +322,7 @@ class CoreRules(ContractBase):
         transport.nack(transport.claim("w", 1), delay=math.inf)
         clock.advance(1e300)
         assert transport.claim("w", 1) is None
-        assert tuple(transport.stats()) == (1, 1, 0, 1, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 0, 1, 0, 0, 0)
 
     # -- nack(0) ----------------------------------------------------------------
 
@@ -422,9 +422,9 @@ class CoreRules(ContractBase):
         lease = transport.claim("w", 10)
         clock.advance(100)
         assert transport.claim("w", 10, min_priority=1) is None  # observed, not re-claimed
-        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0, 0)
         transport.ack(lease)
-        assert len(transport) == 0 and tuple(transport.stats()) == (0, 0, 0, 0, 0, 0)
+        assert len(transport) == 0 and tuple(transport.stats()) == (0, 0, 0, 0, 0, 0, 0)
 
     @pytest.mark.parametrize("observed", [False, True])
     def test_nack_after_expiry_without_reclaim_is_accepted(
@@ -436,7 +436,7 @@ class CoreRules(ContractBase):
         if observed:
             transport.stats()
         transport.nack(lease, 50)  # parks from now
-        assert tuple(transport.stats()) == (1, 1, 0, 1, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 0, 1, 0, 0, 0)
         clock.advance(50)
         assert transport.claim("w", 10) is None
         clock.advance(1)
@@ -458,7 +458,7 @@ class CoreRules(ContractBase):
         for op in (one.ack, one.nack, lambda x: one.nack(x, 5), lambda x: one.extend(x, 5)):
             with pytest.raises(LeaseLost):
                 op(foreign)
-        assert tuple(one.stats()) == (1, 1, 1, 0, 0, 0)
+        assert tuple(one.stats()) == (1, 1, 1, 0, 0, 0, 0)
         one.ack(mine)
         two.ack(foreign)
 
@@ -485,7 +485,7 @@ class CoreRules(ContractBase):
             for op in (transport.ack, transport.nack, lambda x: transport.nack(x, 5), lambda x: transport.extend(x, 5)):
                 with pytest.raises(LeaseLost):
                     op(bad)
-        assert tuple(transport.stats()) == (2, 1, 1, 0, 0, 0)
+        assert tuple(transport.stats()) == (2, 1, 1, 0, 0, 0, 0)
         clock.advance(5)
         extended = transport.extend(cls(lease.seq, lease.group_id, None, lease.worker_id, 0.0, lease.attempt), 60)
         assert (extended.seq, extended.attempt, extended.expires_at) == (lease.seq, lease.attempt, 1065.0)
@@ -495,7 +495,7 @@ class CoreRules(ContractBase):
         again = transport.claim("w", 30)
         assert (again.seq, again.attempt) == (lease.seq, 2)
         transport.ack(cls(again.seq, again.group_id, "any event", again.worker_id, -1.0, again.attempt))
-        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 0, 0, 0, 0, 0)
 
     # -- extend -------------------------------------------------------------
 
@@ -526,7 +526,7 @@ class CoreRules(ContractBase):
         clock.advance(50)
         assert transport.claim("w", 10, min_priority=1) is None  # expiry observed
         renewed = transport.extend(lease, 30)
-        assert tuple(transport.stats()) == (1, 1, 1, 0, 0, 0)
+        assert tuple(transport.stats()) == (1, 1, 1, 0, 0, 0, 0)
         assert transport.claim("w2", 10) is None  # blocked again
         transport.ack(renewed)
         assert len(transport) == 0
@@ -609,7 +609,7 @@ class CoreRules(ContractBase):
         stats = transport.stats()
         assert stats._fields == ("messages", "groups", "leased", "parked", "paused", "buried")
         assert type(stats).__name__ == "TransportStats"
-        assert isinstance(stats, tuple) and stats == (0, 0, 0, 0, 0, 0)
+        assert isinstance(stats, tuple) and stats == (0, 0, 0, 0, 0, 0, 0)
         for group in ("a", "a", "b", "c", "d"):
             transport.publish(group, group)
         leased = transport.claim("w", 10)
@@ -618,11 +618,11 @@ class CoreRules(ContractBase):
         stats = transport.stats()
         assert (stats.messages, stats.groups, stats.leased, stats.parked) == (5, 4, 1, 1)
         clock.advance(15)  # the lease expired (nobody claimed since): neither
-        assert transport.stats() == (5, 4, 0, 1, 0, 0)
+        assert transport.stats() == (5, 4, 0, 1, 0, 0, 0)
         clock.advance(10)
-        assert transport.stats() == (5, 4, 0, 0, 0, 0)
+        assert transport.stats() == (5, 4, 0, 0, 0, 0, 0)
         transport.ack(leased)  # still current: accepted
-        assert transport.stats() == (4, 4, 0, 0, 0, 0)
+        assert transport.stats() == (4, 4, 0, 0, 0, 0, 0)
 
     def test_len(self, transport: Any) -> None:
         """``len``: messages held, ready + leased + parked."""

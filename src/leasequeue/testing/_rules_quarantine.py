@@ -116,7 +116,7 @@ class QuarantineRules(ContractBase):
         transport.bury(lease, "ValueError: attempt 2")
         info = transport.group("g")
         assert tuple(info) == ("g", 2, 2, "buried", False, 1, "w2", None, 2, 1003.0, "ValueError: attempt 2")
-        assert transport.stats() == (3, 2, 0, 0, 0, 1)
+        assert transport.stats() == (3, 2, 0, 0, 0, 1, 0)
         assert transport.group("h").reason is None
         assert sorted((i.group_id, i.state, i.reason) for i in transport.groups()) == [
             ("g", "buried", "ValueError: attempt 2"), ("h", "ready", None)]
@@ -178,7 +178,7 @@ class QuarantineRules(ContractBase):
         assert (new.seq, new.attempt) == (1, 2)
         with pytest.raises(LeaseLost):
             transport.bury(old, "late")
-        assert transport.stats() == (2, 1, 1, 0, 0, 0)
+        assert transport.stats() == (2, 1, 1, 0, 0, 0, 0)
         transport.ack(new)
         with pytest.raises(LeaseLost):
             transport.bury(new)
@@ -194,7 +194,7 @@ class QuarantineRules(ContractBase):
         clock.advance(20)
         assert transport.stats().leased == 0
         transport.bury(lease, "late")
-        assert transport.stats() == (1, 1, 0, 0, 0, 1)
+        assert transport.stats() == (1, 1, 0, 0, 0, 1, 0)
         assert transport.claim("w", 10) is None
 
     @requires("supports_quarantine", QUARANTINE)
@@ -206,13 +206,13 @@ class QuarantineRules(ContractBase):
         lease = transport.claim("w", math.inf)
         assert lease.group_id == "g"
         transport.bury(lease, "forever")
-        assert transport.stats() == (2, 2, 0, 0, 0, 1)
+        assert transport.stats() == (2, 2, 0, 0, 0, 1, 0)
         clock.advance(1e9)
         assert transport.claim("w", 30).group_id == "h"
         assert transport.resume("g") is True
         again = transport.claim("w", 30)
         assert (again.group_id, again.attempt) == ("g", 2)
-        assert transport.stats() == (2, 2, 2, 0, 0, 0)
+        assert transport.stats() == (2, 2, 2, 0, 0, 0, 0)
 
     @requires("supports_quarantine", QUARANTINE)
     def test_bury_of_an_extended_lease(self, transport: Any) -> None:
@@ -238,10 +238,10 @@ class QuarantineRules(ContractBase):
         transport.bury(lease, "poison")
         info = transport.group("g")
         assert (info.state, info.paused, info.reason, info.attempt) == ("buried", True, "poison", 1)
-        assert transport.stats() == (2, 1, 0, 0, 1, 1)
+        assert transport.stats() == (2, 1, 0, 0, 1, 1, 0)
         assert transport.pause("g") is False
         assert transport.resume("g") is True
-        assert transport.stats() == (2, 1, 0, 0, 0, 0)
+        assert transport.stats() == (2, 1, 0, 0, 0, 0, 0)
         again = transport.claim("w", 30)
         assert (again.seq, again.attempt) == (1, 2)
         assert transport.resume("g") is False
@@ -294,7 +294,7 @@ class QuarantineRules(ContractBase):
         for step in (4, 2, 100, 1e9):
             clock.advance(step)
             assert transport.claim("w", 30, INT64_MIN) is None
-            assert transport.stats() == (2, 1, 0, 0, 0, 1)
+            assert transport.stats() == (2, 1, 0, 0, 0, 1, 0)
         if self.supports_control_plane:
             info = transport.group("g")
             assert (info.state, info.expires_at, info.head_seq) == ("buried", None, 1)
@@ -331,7 +331,7 @@ class QuarantineRules(ContractBase):
         self._bury_head(transport)
         assert transport.purge("g") == 2
         assert transport.group("g") is None
-        assert transport.stats() == (1, 1, 0, 0, 0, 0)
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0)
         assert transport.peek("g") == []
         transport.publish("g", "new", priority=-1)
         info = transport.group("g")
@@ -394,7 +394,7 @@ class QuarantineRules(ContractBase):
             clock.advance(10)
         assert transport.skip("g") is False
         assert self._peek_ids(transport, "g") == [(1, 1), (2, 0)]
-        assert transport.stats() == (2, 1, 1, 0, 0, 0)
+        assert transport.stats() == (2, 1, 1, 0, 0, 0, 0)
         assert transport.claim("w2", 10, INT64_MIN) is None
         transport.ack(lease)  # still current
         assert transport.claim("w", 10).seq == 2
@@ -405,7 +405,7 @@ class QuarantineRules(ContractBase):
         transport.publish("g", "e")
         assert transport.skip("unknown") is False
         assert transport.peek("unknown") == []
-        assert transport.stats() == (1, 1, 0, 0, 0, 0)
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0)
         if self.supports_control_plane:
             assert transport.group("unknown") is None
 
@@ -419,7 +419,7 @@ class QuarantineRules(ContractBase):
         self._bury_head(transport)
         transport.ack(transport.claim("w", 30))  # h: claimed after g
         assert transport.skip("g") is True
-        assert transport.peek("g") == [] and transport.stats() == (1, 1, 0, 0, 0, 0)
+        assert transport.peek("g") == [] and transport.stats() == (1, 1, 0, 0, 0, 0, 0)
         if self.supports_control_plane:
             assert transport.group("g") is None
         assert transport.skip("g") is False
@@ -441,7 +441,7 @@ class QuarantineRules(ContractBase):
         info = transport.group("g")
         assert (info.messages, info.state, info.paused, info.head_seq, info.reason, info.priority) == (
             0, "paused", True, None, None, 4)
-        assert transport.stats() == (0, 0, 0, 0, 1, 0)
+        assert transport.stats() == (0, 0, 0, 0, 1, 0, 0)
         assert transport.skip("g") is False  # an empty paused group
         transport.publish("g", "later")
         assert transport.claim("w", 30, INT64_MIN) is None
@@ -459,7 +459,7 @@ class QuarantineRules(ContractBase):
         assert transport.skip("g") is True
         info = transport.group("g")
         assert (info.state, info.paused, info.head_seq, info.reason) == ("paused", True, 2, None)
-        assert transport.stats() == (1, 1, 0, 0, 1, 0)
+        assert transport.stats() == (1, 1, 0, 0, 1, 0, 0)
         assert transport.claim("w", 30, INT64_MIN) is None
         transport.resume("g")
         assert transport.claim("w", 30).seq == 2
@@ -641,7 +641,7 @@ class QuarantineRules(ContractBase):
             with pytest.raises(error):
                 call()
         assert transport.group("g") == before
-        assert transport.stats() == (2, 1, 0, 0, 0, 1)
+        assert transport.stats() == (2, 1, 0, 0, 0, 1, 0)
 
     # -- wake-ups -----------------------------------------------------------------------
 
@@ -700,9 +700,9 @@ class QuarantineRules(ContractBase):
         transport.publish("g", "g1")
         transport.publish("g", "g2")
         transport.nack(transport.claim("w", 30), 1000)
-        assert transport.stats() == (2, 1, 0, 1, 0, 0)
+        assert transport.stats() == (2, 1, 0, 1, 0, 0, 0)
         assert transport.skip("g") is True
-        assert transport.stats() == (1, 1, 0, 0, 0, 0)
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0)
         if self.supports_control_plane:
             info = transport.group("g")
             assert (info.state, info.worker_id) == ("ready", None) and info.worker_id != PARKED

@@ -173,7 +173,7 @@ class WaitingRules(ContractBase):
         assert self.run_with_deadline(lambda: transport.claim("w", 30, timeout=timeout)) is None
         waited = time.monotonic() - start
         assert waited >= timeout * 0.95, f"returned after {waited:.3f} s, before its {timeout} s deadline"
-        assert transport.stats() == (1, 1, 0, 0, 0, 0)
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0)
 
     @requires("supports_waiting", WAITING)
     @pytest.mark.parametrize("timeout", ["finite", None], ids=["finite", "none"])
@@ -190,7 +190,7 @@ class WaitingRules(ContractBase):
         assert lease is not None, "the waiting claim returned None instead of the message"
         assert (lease.group_id, lease.seq, lease.attempt, lease.worker_id) == ("g", 1, 1, "w1")
         assert lease.expires_at == 1037.0
-        assert transport.stats() == (1, 1, 1, 0, 0, 0)
+        assert transport.stats() == (1, 1, 1, 0, 0, 0, 0)
 
     @requires("supports_waiting", WAITING)
     @pytest.mark.parametrize("bad, error", BAD_TIMEOUTS)
@@ -355,7 +355,7 @@ class WaitingRules(ContractBase):
         lease = transport.claim("w", 30, timeout=0)
         assert (lease.group_id, lease.attempt) == ("g", 1)
         transport.ack(lease)
-        assert transport.stats() == (1, 1, 0, 0, 0, 0)
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0)
 
     def check_closed_and_unusable(self, transport: Any) -> None:
         """``usable_after_close=False`` (the durable backends, docs/decisions.md
@@ -444,7 +444,7 @@ class WaitingRules(ContractBase):
             assert (lease.group_id, lease.worker_id) == ("i", "w3")
 
         asyncio.run(main())
-        assert transport.stats() == (3, 3, 3, 0, 0, 0)
+        assert transport.stats() == (3, 3, 3, 0, 0, 0, 0)
 
     @requires("supports_waiting", WAITING)
     def test_aclaim_woken_from_another_event_loop(self, transport: Any, clock: ContractClock) -> None:
@@ -499,7 +499,7 @@ class WaitingRules(ContractBase):
             await asyncio.sleep(self.settle_seconds)
 
         asyncio.run(main())
-        assert transport.stats() == (1, 1, 0, 0, 0, 0), "a cancelled aclaim left the message leased"
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0), "a cancelled aclaim left the message leased"
         lease = transport.claim("w", 30)
         assert (lease.group_id, lease.attempt, lease.worker_id) == ("g", 1, "w")
 
@@ -525,7 +525,7 @@ class WaitingRules(ContractBase):
 
         lease = asyncio.run(main())
         assert lease is not None and (lease.group_id, lease.worker_id, lease.attempt) == ("g", "second", 1)
-        assert transport.stats() == (1, 1, 1, 0, 0, 0)
+        assert transport.stats() == (1, 1, 1, 0, 0, 0, 0)
 
     @requires("supports_waiting", WAITING)
     def test_interrupted_waiting_claim_leaves_nothing_leased(self, transport: Any, clock: ContractClock) -> None:
@@ -570,7 +570,7 @@ class WaitingRules(ContractBase):
             signal.signal(signal.SIGUSR1, previous)
         transport.publish("g", "e")
         time.sleep(self.settle_seconds)
-        assert transport.stats() == (1, 1, 0, 0, 0, 0), "the interrupted claim left the message leased"
+        assert transport.stats() == (1, 1, 0, 0, 0, 0, 0), "the interrupted claim left the message leased"
         lease = transport.claim("w", 30)
         assert (lease.group_id, lease.attempt, lease.worker_id) == ("g", 1, "w")
 

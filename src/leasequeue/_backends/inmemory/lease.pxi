@@ -36,6 +36,9 @@ cdef class Lease:
     cdef int64_t _cattempt
     cdef double _cexpires_at
     cdef int32_t _slot
+    # The number of the delivery a durable backend's lease names (see
+    # ``_durable_lease``); None on a lease built by hand.
+    cdef object _dlv
 
     def __init__(
         self,
@@ -53,6 +56,10 @@ cdef class Lease:
         self._expires_at = expires_at
         self._attempt = attempt
         self._owner = None
+
+    @property
+    def _delivery(self):
+        return self._dlv
 
     @property
     def seq(self):
@@ -132,6 +139,14 @@ cdef inline Lease _issue(
     lease._cexpires_at = expires_at
     lease._cattempt = attempt
     lease._slot = slot
+    return lease
+
+
+def _durable_lease(seq, group_id, event, worker_id, expires_at, attempt, delivery):
+    """A lease with no owner token (as the public constructor builds it: the
+    durable backends accept it by its fields) naming delivery ``delivery``."""
+    cdef Lease lease = Lease(seq, group_id, event, worker_id, expires_at, attempt)
+    lease._dlv = delivery
     return lease
 
 

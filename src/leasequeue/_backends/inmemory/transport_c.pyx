@@ -245,7 +245,7 @@ cdef object _group_info(const GroupView *view):
     if view.lock != _FREE:
         expires_at = view.expires_at
         attempt = view.attempt
-    info = lq_new_record(GroupInfo, 11)
+    info = lq_new_record(GroupInfo, 12)
     _put(info, 0, <object>view.gid)
     _put(info, 1, view.priority)
     _put(info, 2, view.messages)
@@ -257,6 +257,7 @@ cdef object _group_info(const GroupView *view):
     _put(info, 8, attempt)
     _put(info, 9, view.claimed_at if view.claimed else None)
     _put(info, 10, reason)
+    _put(info, 11, None)  # TODO(part 5): due_at
     return info
 
 
@@ -1030,10 +1031,12 @@ cdef class InMemoryTransport:
         try:
             out = []
             for i in range(n):
-                message = lq_new_record(_PeekedMessage, 3)
+                message = lq_new_record(_PeekedMessage, 5)
                 _put(message, 0, seqs[i])
                 _put(message, 1, <object>events[i])
                 _put(message, 2, attempt if i == 0 else 0)  # only the head has been delivered
+                _put(message, 3, None)  # TODO(part 5): due_at
+                _put(message, 4, None)  # TODO(part 5): key
                 out.append(message)
         finally:
             for i in range(n):

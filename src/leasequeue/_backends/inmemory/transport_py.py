@@ -137,7 +137,7 @@ class Lease:
     only leases a transport issued are current there.
     """
 
-    __slots__ = ("seq", "group_id", "event", "worker_id", "expires_at", "attempt", "_owner")
+    __slots__ = ("seq", "group_id", "event", "worker_id", "expires_at", "attempt", "_owner", "_delivery")
 
     seq: int
     group_id: str
@@ -146,6 +146,9 @@ class Lease:
     expires_at: float
     attempt: int
     _owner: object
+    # The number of the delivery it names (docs/decisions.md, "Fencing by
+    # delivery"); None on a lease built by hand.
+    _delivery: Optional[int]
 
     def __init__(
         self,
@@ -163,6 +166,7 @@ class Lease:
         _osetattr(self, "expires_at", expires_at)
         _osetattr(self, "attempt", attempt)
         _osetattr(self, "_owner", None)
+        _osetattr(self, "_delivery", None)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         raise TypeError("Lease cannot be subclassed")
@@ -220,6 +224,25 @@ class _LeaseBuilder:
     expires_at: float
     attempt: int
     _owner: object
+    _delivery: Optional[int]
+
+
+def _durable_lease(
+    seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int, delivery: int
+) -> Lease:
+    """A lease with no owner token (as the public constructor builds it:
+    the durable backends accept it by its fields) naming delivery ``delivery``."""
+    lease = _LeaseBuilder()
+    lease.seq = seq
+    lease.group_id = group_id
+    lease.event = event
+    lease.worker_id = worker_id
+    lease.expires_at = expires_at
+    lease.attempt = attempt
+    lease._owner = None
+    lease._delivery = delivery
+    lease.__class__ = Lease  # type: ignore[assignment]
+    return lease  # type: ignore[return-value]
 
 
 def _issue(
@@ -234,6 +257,7 @@ def _issue(
     lease.expires_at = expires_at
     lease.attempt = attempt
     lease._owner = owner
+    lease._delivery = None  # TODO(part 5): the claim number
     lease.__class__ = Lease  # type: ignore[assignment]
     return lease  # type: ignore[return-value]
 
