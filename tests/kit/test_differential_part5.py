@@ -192,7 +192,24 @@ def test_a_factory_without_the_keyword_runs_with_window_zero() -> None:
     assert accepts_dedup_window(lambda clock, dedup_window=0.0: None)
     assert accepts_dedup_window(lambda clock, **kw: None)
     assert not accepts_dedup_window(lambda clock: None)
-    assert not accepts_dedup_window(len)  # a signature that cannot be read: no window
+    assert not accepts_dedup_window(len)  # a builtin without the keyword
+
+    class Unreadable:  # as a compiled class: no signature to read, so one is built
+        __signature__ = "not a signature"
+
+        def __init__(self, take: bool) -> None:
+            self.take = take
+            self.built: List[Any] = []
+
+        def __call__(self, clock: ManualClock, **options: Any) -> Any:
+            if options and not self.take:
+                raise TypeError("unexpected keyword argument 'dedup_window'")
+            self.built.append(options)
+            return ReferenceTransport(clock, **options)
+
+    taking, refusing = Unreadable(True), Unreadable(False)
+    assert accepts_dedup_window(taking) and taking.built == [{"dedup_window": 1.0}]
+    assert not accepts_dedup_window(refusing) and refusing.built == []
     seed = next(s for s in range(30) if draw_window(s) == math.inf)
     summary = check_differential(lambda clock: ReferenceTransport(clock), ops=300, seed=seed)
     assert summary.capabilities.once and summary.capabilities.dedup_window == 0.0

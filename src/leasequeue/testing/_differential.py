@@ -164,13 +164,21 @@ def _probe(factory: Factory) -> Tuple[Set[str], bool]:
 
 
 def accepts_dedup_window(factory: Callable[..., Any]) -> bool:
-    """Can ``factory(clock, dedup_window=w)`` be called, by its signature?
-    (A ``dedup_window`` parameter or ``**kwargs``; False when the signature
-    cannot be read.)"""
+    """Can ``factory(clock, dedup_window=w)`` be called?  By its signature
+    (a ``dedup_window`` parameter or ``**kwargs``); when the signature cannot
+    be read (a compiled class), by building one with ``dedup_window=1.0``
+    (a ``TypeError``: no)."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
-        return False
+        try:
+            built = factory(ManualClock(), dedup_window=1.0)
+        except TypeError:
+            return False
+        close = getattr(built, "close", None)
+        if callable(close):
+            close()
+        return True
     for parameter in signature.parameters.values():
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             return True
