@@ -10,13 +10,16 @@ An engine author who writes a backend (SQLite, PostgreSQL, Redis...) calls::
             check_differential(lambda clock: MyTransport(clock=clock), seed=seed, ops=2000)
 
 ``make_transport(clock)`` must build a fresh, empty transport that reads time
-from ``clock`` (a ``ManualClock``).  It is called many times -- a second
+from ``clock`` (a ``ManualClock``); to be checked with a ``dedup_window`` too,
+let it take the keyword: ``lambda clock, dedup_window=0.0:
+MyTransport(clock=clock, dedup_window=dedup_window)``.  It is called many times -- a second
 instance for foreign leases, and fresh ones for every replay while a failure
 is shrunk -- so keep it cheap (a new temporary database file each call, say)
 and deterministic: the same operations must give the same answers.  The check drives that transport and a
 ``ReferenceTransport`` with the same seeded random operations -- publish,
 claim, ack, nack, extend, stats, len, close, Part 2's control plane and
-batches, Part 4's bury / skip / peek, ``ack_and_claim``, bad input of
+batches, Part 4's bury / skip / peek, ``ack_and_claim``, Part 5's
+delayed and keyed publishes, ``release`` and ``retry``, bad input of
 every kind, stale, forged and foreign leases, a clock that jumps, goes
 back, raises or returns garbage -- and compares every result and every
 error.  At the first difference it *shrinks* the run
