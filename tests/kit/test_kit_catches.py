@@ -69,7 +69,7 @@ REASONS = {
     "test_ack_and_claim_of_a_stale_lease_changes_nothing[expired-and-reclaimed]":
         "('h', 0, 1, 'leased', False, 3, 'w9'",
     "test_ack_and_claim_of_a_forged_or_foreign_lease_changes_nothing[forged]":
-        "(3, 2, 2, 0, 0, 0) != (3, 2, 1, 0, 0, 0)",
+        "(3, 2, 2, 0, 0, 0, 0) != (3, 2, 1, 0, 0, 0, 0)",
     # acked before the bad argument (or the failing clock) was seen: 4 messages held, not 5
     "test_ack_and_claim_bad_input_changes_nothing[worker_id-int]": "At index 0 diff: 4 != 5",
     "test_ack_and_claim_bad_input_changes_nothing[visibility-nan]": "At index 0 diff: 4 != 5",
