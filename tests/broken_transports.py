@@ -503,3 +503,20 @@ class RetryForgetsThePause(Pure):
         if retried:
             self.resume(group_id)
         return retried
+
+
+#: The broken transports whose bug is in SPEC Part 5, and the contract tests
+#: that must fail on each.
+PART5_BUGS = {
+    "DuplicateKeyUsesUpASeq": [
+        "test_once_a_held_key_returns_the_holders_seq_and_changes_nothing",
+        "test_once_a_key_belongs_to_its_group",
+    ],
+    "ReleaseFencesByAttemptOnly": [
+        "test_release_no_aba_a_released_delivery_is_never_current_again[ack-same-worker]",
+        "test_release_no_aba_a_released_delivery_is_never_current_again[nack-other-worker]",
+        "test_release_no_aba_a_released_delivery_is_never_current_again[extend-same-worker]",
+        "test_release_no_aba_whoever_redelivers[claim]",
+    ],
+    "RetryForgetsThePause": ["test_retry_keeps_a_pause"],
+}
