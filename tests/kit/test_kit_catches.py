@@ -81,6 +81,19 @@ REASONS = {
     "test_ack_and_claim_applies_expiry_at_its_now": "('g', 4, 1) == ('x', 1, 2)",
     "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[False]": "assert [] == [3]",
     "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[True]": "assert [] == [3]",
+    # Part 5: a held key burnt a seq (two held publishes: 5, not 3; one: 5, not 4)
+    "test_once_a_held_key_returns_the_holders_seq_and_changes_nothing": "assert 5 == 3",
+    "test_once_a_key_belongs_to_its_group": "assert 5 == 4",
+    # the released lease named the next delivery (same seq and attempt)
+    "test_release_no_aba_a_released_delivery_is_never_current_again[ack-same-worker]": "DID NOT RAISE",
+    "test_release_no_aba_a_released_delivery_is_never_current_again[nack-other-worker]": "DID NOT RAISE",
+    "test_release_no_aba_a_released_delivery_is_never_current_again[extend-same-worker]": "DID NOT RAISE",
+    "test_release_no_aba_whoever_redelivers[claim]": "DID NOT RAISE",
+    "test_retry_keeps_a_pause": "('ready', False, None, None) == ('paused', True, None, None)",
+    "test_later_earlier_messages_of_the_group_are_not_delayed":
+        "a message published before a scheduled one was held back by it",
+    # the head due at 1010 was leased at 1010
+    "test_later_scheduled_until_strictly_past_due": "expires_at=1040.0, attempt=1) is None",
 }
 
 CLASS_TEMPLATE = '''
@@ -283,7 +296,7 @@ def part5_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
 
 def test_the_unbroken_twin_passes_the_part5_rules(part5_outcomes: Outcomes) -> None:
     ran = [test for (cls, test) in part5_outcomes if cls == "TestUnbrokenPureTwin"]
-    assert len(ran) > 150
+    assert len(ran) > 90
     assert failures(part5_outcomes, "TestUnbrokenPureTwin") == []
 
 
