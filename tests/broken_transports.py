@@ -556,6 +556,15 @@ class ScheduledHeadDueAtItsDueTime(Pure):
         self._clock = clock_then_free
 
 
+
+class ReleaseCountsTheDelivery(Pure):
+    """``release`` as a plain ``nack``: the handed-back delivery counts, so
+    a rolling restart spends the message's retry budget."""
+
+    def release(self, lease: Any, delay: float = 0.0) -> None:
+        self.nack(lease, delay)
+
+
 #: The broken transports whose bug is in SPEC Part 5, and the contract tests
 #: that must fail on each.
 PART5_BUGS = {
@@ -572,4 +581,9 @@ PART5_BUGS = {
     "RetryForgetsThePause": ["test_retry_keeps_a_pause"],
     "DelayBlocksTheEarlierMessages": ["test_later_earlier_messages_of_the_group_are_not_delayed"],
     "ScheduledHeadDueAtItsDueTime": ["test_later_scheduled_until_strictly_past_due"],
+    "ReleaseCountsTheDelivery": [
+        "test_release_is_nack_whose_delivery_does_not_count[0]",
+        "test_release_is_nack_whose_delivery_does_not_count[5]",
+        "test_release_hands_the_same_attempt_again_each_time",
+    ],
 }
