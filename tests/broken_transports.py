@@ -565,6 +565,23 @@ class ReleaseCountsTheDelivery(Pure):
         self.nack(lease, delay)
 
 
+
+class RetryGoesToTheBack(Pure):
+    """``retry`` as a fresh claim of the group's place: the retried group
+    goes to the back of the round-robin (as if just served), instead of
+    keeping its key and ``last_claimed_at``."""
+
+    def retry(self, group_id: str) -> bool:
+        retried = super().retry(group_id)
+        if retried:
+            with self._lock:
+                group = self._groups.get(str(group_id))
+                if group is not None and group.ready_key is not None:
+                    self._claims += 1  # a claim number, as if it had just been served
+                    self._rekey_ready(group, self._claims)
+        return retried
+
+
 #: The broken transports whose bug is in SPEC Part 5, and the contract tests
 #: that must fail on each.
 PART5_BUGS = {
@@ -581,6 +598,7 @@ PART5_BUGS = {
     "RetryForgetsThePause": ["test_retry_keeps_a_pause"],
     "DelayBlocksTheEarlierMessages": ["test_later_earlier_messages_of_the_group_are_not_delayed"],
     "ScheduledHeadDueAtItsDueTime": ["test_later_scheduled_until_strictly_past_due"],
+    "RetryGoesToTheBack": ["test_retry_keeps_the_round_robin_place"],
     "ReleaseCountsTheDelivery": [
         "test_release_is_nack_whose_delivery_does_not_count[0]",
         "test_release_is_nack_whose_delivery_does_not_count[5]",
