@@ -1,6 +1,7 @@
-"""SPEC Part 5 on PostgreSQL, what the conformance kit cannot see: other
-processes and real concurrent connections, the server's clock, the keys kept
-past their messages, and bad input leaving the database as it was.
+"""The contract's Part 5 (docs/contract.md) on PostgreSQL, what the
+conformance kit cannot see: other processes and real concurrent connections,
+the server's clock, the keys kept past their messages, and bad input leaving
+the database as it was.
 
 * A waiting claim in another process wakes for a delayed message when it
   becomes due, without polling: it sleeps until the queue's earliest lock

@@ -1,17 +1,18 @@
-"""SPEC Part 4, "Upgrades keep data", on PostgreSQL: a schema written by a
-previous release (leasequeue 0.3, schema version 1; 0.4, schema version 2;
-0.5, schema version 3) is upgraded in place by ``install()``, in one
-transaction, with every message, lease, park, pause, bury and counter kept;
-a schema of a newer release is refused and left untouched.  On the upgraded
-schema, Part 5 (version 4) works on the old data.
+"""The contract's Part 4 (docs/contract.md), "Upgrades keep data", on
+PostgreSQL: a schema written by a previous release (leasequeue 0.3, schema
+version 1; 0.4, schema version 2; 0.5, schema version 3) is upgraded in
+place by ``install()``, in one transaction, with every message, lease, park,
+pause, bury and counter kept; a schema of a newer release is refused and
+left untouched.  On the upgraded schema, Part 5 (version 4) works on the old
+data.
 
 Each store is ``tests/fixtures/postgres-schemaN.sql``, a ``pg_dump`` (plain
 SQL) of a database the old code itself filled
 (``tests/fixtures/make_upgrade_fixtures.py``, run against commit d13ce49 for
-0.3, 9e92f20 for 0.4 and 1d46d15 for 0.5), restored into a fresh database of the suite's
-server; ``postgres-schemaN.json`` holds what the old code reported on it and
-the claims it gave next.  Every test that starts from an old store runs on
-each of them.
+0.3, 9e92f20 for 0.4 and 1d46d15 for 0.5), restored into a fresh database of
+the suite's server; ``postgres-schemaN.json`` holds what the old code
+reported on it and the claims it gave next.  Every test that starts from an
+old store runs on each of them.
 """
 
 from __future__ import annotations

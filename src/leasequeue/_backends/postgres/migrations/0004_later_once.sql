@@ -1,6 +1,6 @@
 -- Schema version 3 (leasequeue 0.5) -> 4 (0.6): later, once, honest attempts
--- (SPEC Part 5: delayed publish, idempotency keys, release, retry, fencing
--- by delivery).
+-- (the contract, docs/contract.md, Part 5: delayed publish, idempotency
+-- keys, release, retry, fencing by delivery).
 --
 -- Run by PostgresTransport.install() in its one transaction, before
 -- schema.sql (which then creates the keys table, the new indexes and the
