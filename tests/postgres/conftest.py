@@ -3,9 +3,9 @@
 ``LEASEQUEUE_TEST_POSTGRES`` (a conninfo) points the tests at a running
 server; without it the session starts a throwaway one (initdb into a
 temporary directory, a Unix socket there and a free loopback port) and stops
-it at the end, also when tests fail: ``leasequeue.testing._postgres_server.
-session_server``, the one server of this process, shared with the worker's
-tests (``tests/worker/conftest.py``).  A test that needs the server *fails*
+it at the end, also when tests fail: ``session_server`` of
+``leasequeue.testing._postgres_server``, the one server of this process,
+shared with the worker's tests (``tests/worker/conftest.py``).  A test that needs the server *fails*
 when none can be had; only ``LEASEQUEUE_SKIP_POSTGRES=1`` skips them, on
 purpose.  Every test works in queues of its own (``queue_name``), so tests
 run in any order.
