@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -197,9 +198,8 @@ def test_bury_skip_peek_use_indexes_at_100k_groups(conninfo: str, make_pg: Any) 
                                   "why"), True),
             ("peek", _Q["peek"], (5, q, lease.group_id), None),
             ("retry", _Q["retry"], (q, lease.group_id, None), True),  # version 4: lifts the bury
-            ("publish-keyed", _Q["publish_ext"], (q, t._seq_oid, lease.group_id, b"\x80\x05K\x01.", 0, 0.0, "k", 0.0, None,
-                                                True),
-             None),
+            ("publish-keyed", _Q["publish_ext"],  # queue, seq, group, payload (1), priority, delay, key, window, now
+             (q, t._seq_oid, lease.group_id, pickle.dumps(1), 0, 0.0, "k", 0.0, None, True), None),
             ("skip", _Q["skip"], (q, lease.group_id, None), True),
             ("skip-unknown", _Q["skip"], (q, "nobody", None), False),
         ]
