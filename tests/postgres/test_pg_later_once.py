@@ -28,6 +28,7 @@ import psycopg
 import pytest
 
 from leasequeue import LeaseLost, LeaseQueueError, PostgresTransport
+from leasequeue._backends.sqlfiles import load_script
 from leasequeue.testing import ManualClock
 
 INT64_MIN = -(2**63)
@@ -323,3 +324,28 @@ def test_bad_input_changes_nothing(conninfo: str, make_pg: Callable[..., Any]) -
         with pytest.raises(LeaseQueueError, match="closed"):
             call()
     assert reads == [] and _state(conninfo, t) == before
+
+
+def test_the_scheduled_count_is_a_range_of_its_index(conninfo: str, pg: Any) -> None:
+    """stats().scheduled counts the messages not yet due through the partial
+    index messages_due (delayed messages only), not by reading the queue's
+    messages: the statement stats() runs, planned generically as the
+    server-side functions' statements are, with 100k messages queued."""
+    q = pg._queue
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasequeue.messages (queue, group_id, seq, payload, due_at) "
+            "SELECT %s, 'g' || (i %% 1000), i, '\\x80'::bytea, CASE WHEN i %% 50 = 0 THEN 1e9 + i END "
+            "FROM generate_series(1, 100000) i", (q,))
+        try:
+            conn.execute("ANALYZE leasequeue.messages")
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            conn.execute("PREPARE scheduled(int, float8) AS "
+                         "SELECT count(*) FROM leasequeue.messages m WHERE m.queue = $1 AND m.due_at >= $2")
+            plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE scheduled({q}, 1e9 + 99000)"))
+            assert "messages_due" in plan and "Seq Scan" not in plan, plan
+            assert conn.execute(f"EXECUTE scheduled({q}, 1e9 + 99000)").fetchone()[0] == 21
+        finally:
+            conn.execute("DELETE FROM leasequeue.messages WHERE queue = %s", (q,))
+    # ... which is the statement stats() runs:
+    assert "m.queue = p_queue AND m.due_at >= v_now" in load_script("postgres")
