@@ -28,6 +28,7 @@ from ..._serializers import EventDecodeError, check_serializer, serialize_bytes
 from ..sqlfiles import load_migrations, load_queries, load_script
 from ..._types import GroupInfo, Message, TransportStats
 from ..._validation import (
+    INT64_MAX,
     check_count,
     check_duration,
     check_id,
@@ -90,7 +91,10 @@ def _delivery(key: Tuple[str, int, int, str], lease: Any) -> Tuple[str, int, int
     number (None for a lease built by hand) as the server-side functions
     take them: ``(group_id, seq, attempt, worker_id, delivery)``."""
     group_id, attempt, seq, worker_id = key
-    return (group_id, seq, attempt, worker_id, lease_delivery(lease))
+    delivery = lease_delivery(lease)
+    if delivery is not None and not 0 < delivery <= INT64_MAX:  # no claim's number (a bigint): names none
+        delivery = 0
+    return (group_id, seq, attempt, worker_id, delivery)
 
 
 def _error(exc: BaseException, what: str) -> LeaseQueueError:
