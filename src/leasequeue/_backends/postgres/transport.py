@@ -539,12 +539,13 @@ class PostgresTransport:
         return issue(seq, group_id, lease.event, worker_id, float(expires_at), attempt, lease_delivery(lease))
 
     def stats(self) -> TransportStats:
-        """Counts as of now (expired leases and parks count as neither)."""
+        """Counts as of now (expired leases and parks count as neither;
+        ``scheduled``: messages published with a delay and not yet due)."""
         row = self._execute("stats", _Q["stats"], (self._queue, _NOW))[0]
         return TransportStats(*(int(x) for x in row))
 
     def __len__(self) -> int:
-        """Messages held: ready + leased + parked."""
+        """Messages held: ready + leased + parked + scheduled (+ buried)."""
         return int(self._scalar("len", _Q["count"], (self._queue,)))
 
     # ------------------------------------------------------------ leases
