@@ -1,4 +1,4 @@
--- The leasequeue schema for SQLite (schema version 4).
+-- The leasequeue schema for SQLite (schema version 5).
 --
 -- Loaded by leasequeue._backends.sqlite.transport: each statement below is run, in order, in the
 -- one transaction that creates a new database file.  The file is marked with
@@ -54,7 +54,10 @@ CREATE TABLE lq_groups (
     rr_key          INTEGER NOT NULL,
     messages        INTEGER NOT NULL,  -- messages held by the group
     head_seq        INTEGER,           -- its oldest message (NULL: none, paused)
-    lock            INTEGER NOT NULL,  -- 0 free, 1 leased, 2 parked, 3 buried
+    -- 0 free, 1 leased, 2 parked, 3 buried, 4 scheduled (version 5: the head
+    -- was published with a delay and is not due; expires_at is its due time,
+    -- so expiry makes it free as it ends a park, counting it as neither)
+    lock            INTEGER NOT NULL,
     expires_at      REAL,              -- end of the lock; NULL when free or buried
     -- The open delivery's worker (also after its lease ran out, while nobody
     -- claimed the message since), '__parked__' while parked, the buried
@@ -93,9 +96,11 @@ CREATE INDEX lq_groups_expiry ON lq_groups (expires_at, lock) WHERE expires_at I
 -- group, its next message and a purge are range searches).  seq is unique,
 -- increasing and never reused: it is taken from lq_state.last_seq.
 CREATE TABLE lq_messages (
-    gid   INTEGER NOT NULL,
-    seq   INTEGER NOT NULL,
-    event BLOB,               -- the serialized event (bytes, or text for JSON)
+    gid    INTEGER NOT NULL,
+    seq    INTEGER NOT NULL,
+    event  BLOB,              -- the serialized event (bytes, or text for JSON)
+    due_at REAL,              -- version 5: publish(delay=d)'s due time, else NULL
+    key    TEXT,              -- version 5: publish(key=k)'s idempotency key, else NULL
     PRIMARY KEY (gid, seq)
 ) WITHOUT ROWID;
 
@@ -158,7 +163,7 @@ BEGIN
 END;
 
 INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
-VALUES (1, 'leasequeue', 4, 0, 0, -9e999, 0, 0, 0, 0, 0);
+VALUES (1, 'leasequeue', 5, 0, 0, -9e999, 0, 0, 0, 0, 0);
 
 -- Version 4: the count of buried groups (lock = 3), stats().buried, in a row of
 -- its own, made last (as migration 0004 makes it): only bury, skip, resume and
@@ -172,3 +177,26 @@ CREATE TABLE lq_quarantine (
     buried  INTEGER NOT NULL
 );
 INSERT INTO lq_quarantine (id, buried) VALUES (1, 0);
+
+-- Version 5: later and once (SPEC Part 5), made last as migration 0005 makes
+-- them.  A plain publish leaves due_at and key NULL, so the two partial
+-- indexes below skip its row (SQLite tests their WHERE and writes no entry).
+--
+-- Scheduled messages by due time: stats().scheduled counts those with
+-- due_at >= the transport's time, a range of this index, O(log n + scheduled).
+CREATE INDEX lq_messages_due ON lq_messages (due_at) WHERE due_at IS NOT NULL;
+-- Keys held by messages still in the store, per group: O(log n) per check.
+CREATE INDEX lq_messages_key ON lq_messages (gid, key) WHERE key IS NOT NULL;
+-- Keys published by a transport whose dedup_window > 0: held after their
+-- message has left until held_until (the publish's time + that window; a key
+-- is held while held_until > the transport's time).  Keyed by the group's id,
+-- not its row: a held key survives its group being forgotten.  Each keyed
+-- publish drops the rows whose time has passed (a range of the second index).
+CREATE TABLE lq_keys (
+    group_id   TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,  -- the message that stored it
+    held_until REAL    NOT NULL,
+    PRIMARY KEY (group_id, key)
+) WITHOUT ROWID;
+CREATE INDEX lq_keys_held_until ON lq_keys (held_until);
