@@ -29,6 +29,21 @@ from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
 
 HERE = Path(__file__).resolve().parents[1]  # tests/, where broken_transports.py is
 
+
+def _has_part5() -> bool:
+    """Whether the pure twin has SPEC Part 5 (delay, key, dedup_window, release, retry)."""
+    if not (hasattr(Pure, "release") and hasattr(Pure, "retry")):
+        return False
+    try:
+        Pure(dedup_window=0.0).publish("probe", None, delay=0.0, key=None)
+    except TypeError:
+        return False
+    return True
+
+
+#: The pure twin has Part 5: its rules run on it and on the broken transports.
+PART5 = _has_part5()
+
 #: (class, test) -> (outcome, the failure's message and text)
 Outcomes = Dict[Tuple[str, str], Tuple[str, str]]
 
@@ -75,10 +90,13 @@ class Test{name}(TransportContract):
     supports_batches = {batches}
     supports_quarantine = {quarantine}
     supports_ack_and_claim = {ack_and_claim}
+    supports_later = {later}
+    supports_once = {once}
+    supports_release = {release}
     liveness_timeout = {liveness}
 
-    def make_transport(self, clock):
-        return {factory}(clock=clock)
+    def make_transport(self, clock, **options):
+        return {factory}(clock=clock, **options)
 '''
 
 
@@ -100,6 +118,9 @@ def run_contract(tmp_path: Path, classes: Dict[str, str], *, waiting: bool, sele
                 batches=hasattr(Pure, "publish_many"),
                 quarantine=hasattr(Pure, "bury"),
                 ack_and_claim=hasattr(Pure, "ack_and_claim"),
+                later=PART5,
+                once=PART5,
+                release=PART5,
                 liveness=3.0 if waiting else 20.0,
             )
         )

@@ -73,6 +73,13 @@ class Capabilities(NamedTuple):
     #: calls work after ``close()``; False: ``close()`` comes among the last
     #: operations, and every call after it but a waiting claim must raise
     usable_after_close: bool = True
+    #: Part 5: ``publish(delay=)`` / ``publish_many(delay=)`` (later),
+    #: ``publish(key=)`` and 4-tuple items (once), ``release`` and ``retry``
+    later: bool = False
+    once: bool = False
+    release: bool = False
+    #: the ``dedup_window`` both sides were built with (0.0: the default)
+    dedup_window: float = 0.0
 
 
 WORKERS = ["w1", "w2", "w3", Name("w2"), ""]
@@ -314,6 +321,11 @@ class RandomOps:
 
     def bad_call(self) -> Op:
         _, method, args, kwargs = self.rng.choice(self.bad)
+        if method == "publish_many" and not self.caps.once:
+            # a 4-tuple item carries a key since Part 5: without it, the same
+            # draw makes a 5-tuple (a ValueError before and after Part 5)
+            args = tuple(Batch(a.form, tuple(x + (None,) if isinstance(x, tuple) and len(x) == 4 else x
+                                             for x in a.items)) if isinstance(a, Batch) else a for a in args)
         if L in args or any(isinstance(a, Batch) and L in a.items for a in args):
             if not self.refs:
                 return call("stats")

@@ -50,11 +50,11 @@ EXPECTED_ERRORS: Tuple[type, ...] = (LeaseLost, OverflowError, TypeError, ValueE
 #: the event of the lease issued by another transport instance
 FOREIGN_EVENT = ["foreign"]
 
-STATS_FIELDS = ("messages", "groups", "leased", "parked", "paused", "buried")
+STATS_FIELDS = ("messages", "groups", "leased", "parked", "paused", "buried", "scheduled")
 GROUP_FIELDS = ("group_id", "priority", "messages", "state", "paused", "head_seq", "worker_id", "expires_at",
-                "attempt", "last_claimed_at", "reason")
+                "attempt", "last_claimed_at", "reason", "due_at")
 LEASE_FIELDS = ("seq", "group_id", "worker_id", "expires_at", "attempt")
-MESSAGE_FIELDS = ("seq", "event", "attempt")
+MESSAGE_FIELDS = ("seq", "event", "attempt", "due_at", "key")
 #: the methods whose results later operations name (``LeaseRef``): a lease
 #: (``claim``, ``extend``, ``ack_and_claim``) or a list of them (``claim_many``)
 LEASE_MAKERS = ("claim", "extend", "claim_many", "ack_and_claim")
@@ -116,9 +116,10 @@ def normalize(value: Any, identity: bool = True) -> Any:
     if getattr(value, "_fields", None) == MESSAGE_FIELDS:  # peek: before the lease test (it has attempt, event)
         event = ("is", id(value.event)) if identity else ("==", value.event)
         return ("message", kind.__name__, tuple((f, type(getattr(value, f)).__name__, getattr(value, f))
-                                                for f in ("seq", "attempt")), event)
+                                                for f in ("seq", "attempt", "due_at", "key")), event)
     if hasattr(value, "head_seq"):
-        return ("group", tuple((f, type(getattr(value, f)).__name__, getattr(value, f)) for f in GROUP_FIELDS))
+        return ("group", tuple((f, type(getattr(value, f, None)).__name__, getattr(value, f, None))
+                               for f in GROUP_FIELDS))
     if hasattr(value, "attempt") and hasattr(value, "event"):
         event = ("is", id(value.event)) if identity else ("==", value.event)
         fields = tuple((f, type(getattr(value, f)).__name__, getattr(value, f)) for f in LEASE_FIELDS)
