@@ -33,15 +33,18 @@ class TestSQLiteTransport(TransportContract):
     usable_after_close = False
     accepts_rebuilt_leases = True
     supports_quarantine = True  # Part 4: bury, skip, peek
+    supports_later = True  # Part 5: publish(delay=), scheduled heads
+    supports_once = True  # Part 5: publish(key=), dedup_window
+    supports_release = True  # Part 5: release, retry, fencing by delivery
 
     @pytest.fixture(autouse=True)
     def _directory(self, tmp_path: Any) -> None:
         self.directory = tmp_path
         self.made = 0
 
-    def make_transport(self, clock: Callable[[], float]) -> SQLiteTransport:
+    def make_transport(self, clock: Callable[[], float], *, dedup_window: float = 0.0) -> SQLiteTransport:
         self.made += 1
-        return SQLiteTransport(self.directory / f"contract-{self.made}.db", clock=clock)
+        return SQLiteTransport(self.directory / f"contract-{self.made}.db", clock=clock, dedup_window=dedup_window)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
