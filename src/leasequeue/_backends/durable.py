@@ -120,7 +120,8 @@ def _durable_lease_builder() -> Callable[..., Any]:
         return _inmemory_py._durable_lease
     from .inmemory import transport_c
 
-    return transport_c._durable_lease  # type: ignore[no-any-return]
+    builder: Callable[..., Any] = getattr(transport_c, "_durable_lease")  # not in every transport_c.pyi
+    return builder
 
 
 _build = _durable_lease_builder()

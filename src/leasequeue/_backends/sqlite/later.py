@@ -81,7 +81,7 @@ class LaterOnce:
         delay = check_duration(delay, "delay")
         key = check_key(key)
         if delay == 0.0 and key is None:
-            return self.publish(group_id, event, priority)  # type: ignore[attr-defined,no-any-return]
+            return self.publish(group_id, event, priority)  # type: ignore[attr-defined]
         data = self._serialize(event)
         window = self._dedup_window
         # One clock reading, only if the delay or the window needs it; _now
@@ -96,7 +96,7 @@ class LaterOnce:
                 cur.execute("BEGIN IMMEDIATE")
                 if now is not None:
                     self._use_time(cur, now)
-                seq = None
+                seq: Any = None
                 if key is not None:
                     cur.execute(_Q["drop_keys"])
                     seq = cur.execute(_Q["key_holder"], (group_id, key)).fetchone()[0]

@@ -291,7 +291,8 @@ SELECT messages FROM lq_state WHERE id = 1;
 SELECT max(priority) FROM lq_groups WHERE ready;
 
 -- name: next_expiry --
--- The earliest lock end (read only; the watcher applies expiry when it is due).
+-- The earliest lock end: a lease's, a park's or a scheduled head's due time (read only;
+-- the watcher applies expiry when it is due).
 SELECT min(expires_at) FROM lq_groups WHERE expires_at IS NOT NULL;
 
 -- name: find_group --

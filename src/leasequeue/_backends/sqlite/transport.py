@@ -687,6 +687,7 @@ class SQLiteTransport(LaterOnce):
                 raise _lost(lease)
         if wakes:
             call_all(wakes)
+        assert key is not None  # done
         return issue(lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt, key[4])
 
     def stats(self) -> TransportStats:
