@@ -54,8 +54,8 @@ def test_differential_against_the_reference(tmp_path: Any, seed: int) -> None:
     same answers and the same errors."""
     made = []
 
-    def make(clock: ManualClock) -> SQLiteTransport:
-        transport = SQLiteTransport(tmp_path / f"diff-{len(made)}.db", clock=clock)
+    def make(clock: ManualClock, dedup_window: float = 0.0) -> SQLiteTransport:
+        transport = SQLiteTransport(tmp_path / f"diff-{len(made)}.db", clock=clock, dedup_window=dedup_window)
         made.append(transport)
         return transport
 
@@ -74,9 +74,10 @@ def test_instances_on_one_file_are_one_transport(tmp_path: Any, seed: int) -> No
     whole state is in the file."""
     made = []
 
-    def make(clock: ManualClock) -> ManyInstances:
+    def make(clock: ManualClock, dedup_window: float = 0.0) -> ManyInstances:
         path = tmp_path / f"shared-{len(made)}.db"
-        transport = ManyInstances(lambda: SQLiteTransport(path, clock=clock), seed=len(made))
+        transport = ManyInstances(lambda: SQLiteTransport(path, clock=clock, dedup_window=dedup_window),
+                                  seed=len(made))
         made.append(transport)
         return transport
 
