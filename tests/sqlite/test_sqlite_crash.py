@@ -3,8 +3,9 @@ mid-transaction included, lose nothing and break nothing.
 
 Four worker processes claim -> ack messages of 1,000 groups on one file; a
 fifth process runs long transactions on other groups of the same file
-(``publish_many`` of hundreds of messages, ``purge``), so that many kills land
-inside a transaction.  A killer sends SIGKILL to a random process every
+(``publish_many`` of hundreds of messages, ``purge``, and SPEC Part 5's
+delayed and keyed publishes and ``retry``), so that many kills land inside a
+transaction.  A killer sends SIGKILL to a random process every
 50-400 ms and starts a new incarnation in its place.  Each worker logs every
 claim and every ack (intent before the call, outcome after) with the time,
 each line fsync'd.  Afterwards:
@@ -76,7 +77,7 @@ write("done")
 CHURNER = r"""
 import random, sys
 from leasequeue import SQLiteTransport
-t = SQLiteTransport(sys.argv[1], busy_timeout=30)
+t = SQLiteTransport(sys.argv[1], busy_timeout=30, dedup_window=1.0)
 rng = random.Random()
 while True:
     t.publish_many([(f"churn{rng.randrange(20)}", "x" * rng.randrange(10, 400)) for _ in range(rng.randrange(50, 600))])
@@ -86,6 +87,12 @@ while True:
         g = f"churn{rng.randrange(20)}"
         t.pause(g)
         t.resume(g)
+    # Part 5's write paths, killed mid-transaction too: delayed and keyed batches and publishes.
+    t.publish_many([(f"churn{rng.randrange(20)}", "later", 0, rng.choice([None, f"k{rng.randrange(50)}"]))
+                    for _ in range(rng.randrange(1, 100))], delay=rng.choice([0.0, 0.05, 5.0]))
+    t.publish(f"churn{rng.randrange(20)}", "once", delay=rng.choice([0.0, 0.5]), key=f"k{rng.randrange(50)}")
+    if rng.random() < 0.3:
+        t.retry(f"churn{rng.randrange(20)}")
 """
 
 
