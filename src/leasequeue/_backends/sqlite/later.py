@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..._validation import INT64_MAX, check_duration, check_id, check_key
-from ..durable import check_lease, lease_delivery, lease_key, lost
+from ..._validation import check_duration, check_id, check_key
+from ..durable import check_lease, lease_fence, lost
 from ..sqlfiles import load_queries
 from .waiting import call_all
 
@@ -40,19 +40,10 @@ __all__ = ["LaterOnce", "fence"]
 _Q = load_queries("sqlite")
 
 
-def fence(lease: Any) -> Optional[Tuple[Any, ...]]:
-    """``(group_id, attempt, seq, worker_id, delivery)``: the parameters ?1-?5
-    of every statement that tests a lease's currency (queries.sql), or None
-    when the lease's fields name no delivery.  ``delivery``: the claim number
-    an issued lease carries, None for a lease built by hand (matched by its
-    fields), 0 (no claim's) for a number out of range."""
-    key = lease_key(lease)
-    if key is None:
-        return None
-    delivery = lease_delivery(lease)
-    if delivery is not None and not 0 < delivery <= INT64_MAX:
-        delivery = 0
-    return key + (delivery,)
+#: ``(group_id, attempt, seq, worker_id, delivery)``: the parameters ?1-?5 of
+#: every statement that tests a lease's currency (queries.sql), or None when
+#: the lease's fields name no delivery (``durable.lease_fence``).
+fence = lease_fence
 
 
 class LaterOnce:
