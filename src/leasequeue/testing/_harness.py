@@ -268,6 +268,13 @@ class Harness:
         key = keys[0]
         self.last = key
         name = op[1] if op[0] == "call" else ("fault:" + op[2][1]) if in_fault else op[0]
+        if op[0] == "call" and op[1] in ("publish", "publish_many"):  # Part 5's arguments, tallied apart
+            given = [k for k, v in op[3] if k in ("delay", "key") and v is not OMIT]
+            if op[1] == "publish_many" and any(isinstance(a, Batch) and any(isinstance(i, tuple) and len(i) == 4
+                                                                            for i in a.items) for a in op[2]):
+                given.append("key")
+            if given:
+                name += f"({','.join(sorted(set(given)))})"
         self.tally[f"{name} {key[0] if key is not None else 'None'}"] += 1
         return key
 
