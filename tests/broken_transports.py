@@ -26,8 +26,8 @@ class AckWithoutFencing(Pure):
     since.  A worker whose lease expired, and whose message went to another
     worker, deletes that worker's message; a stale ack never raises."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._latest: Dict[int, Any] = {}  # seq -> the latest lease issued for it
 
     def claim(self, *args: Any, **kwargs: Any) -> Any:
@@ -90,8 +90,8 @@ class RecreatedGroupKeepsItsPlace(Pure):
     gives it back its old round-robin place (issue 14: the test of this rule
     could not tell the two apart)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._old_keys: Dict[str, int] = {}
 
     def ack(self, lease: Any) -> None:
@@ -128,8 +128,8 @@ class ExpiryAtOrBefore(Pure):
     """A lease or park expires when ``expires_at <= now`` instead of ``<``:
     whenever an operation reads the clock, locks due exactly now are freed."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         read = self._clock
 
         def clock_then_expire() -> Any:
@@ -163,8 +163,8 @@ class LostWakeUp(Pure):
     Only ``close()`` ends the sleep.  Needs the pure twin's waiting (Part 2)
     underneath, for everything but the wake-up."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._closing = threading.Event()
 
     def claim(
@@ -213,8 +213,8 @@ class BuryLetsTheNextMessageThrough(Pure):
     (acked, kept on a list) and its group goes on with its next message,
     which breaks the group's order.  The contract says the group waits."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self.dead_letters: list = []
 
     def bury(self, lease: Any, reason: str = "") -> None:
@@ -229,8 +229,8 @@ class SkipRemovesALeasedHead(Pure):
     acking the latest lease it issued for that group): the worker still
     running it has lost its message.  The contract says ``False``."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._latest: Dict[str, Any] = {}  # group -> the latest lease issued in it
 
     def _note(self, lease: Any) -> Any:
@@ -365,8 +365,8 @@ class AckAndClaimKeepsTheAckedEvent(Pure):
     """Keeps every acked event in a debugging log: the transport holds the
     last reference, so an event's finaliser never runs."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self.acked_events: list = []
 
     def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
@@ -402,4 +402,121 @@ ACK_AND_CLAIM_BUGS = {
         "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[False]",
         "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[True]",
     ],
+}
+
+
+# -- Part 5: later, once, honest attempts ----------------------------------------------------
+# Each breaks one rule of SPEC Part 5 the way a plausible implementation would.
+
+
+class DuplicateKeyUsesUpASeq(Pure):
+    """A publish whose key is held returns the holder's seq, but takes the
+    next seq from the counter first (as an ``INSERT ... ON CONFLICT DO
+    NOTHING`` burns a sequence value): the next message's seq skips one."""
+
+    def publish(self, group_id: str, event: Any, priority: int = 0, **kwargs: Any) -> Any:
+        held = len(self)
+        seq = super().publish(group_id, event, priority, **kwargs)
+        if kwargs.get("key") is not None and len(self) == held:  # the key was held: nothing published
+            super().publish("__burnt__", None)  # the seq taken anyway ...
+            self.purge("__burnt__")  # ... and nothing else left of it
+        return seq
+
+
+class ReleaseFencesByAttemptOnly(Pure):
+    """Fencing by ``(seq, attempt)`` instead of by delivery: after a
+    ``release`` the next delivery carries the same attempt, so the released
+    lease names it again (ABA) and may ack, nack or extend another
+    worker's delivery."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
+        self._latest: Dict[int, Any] = {}  # seq -> the latest lease issued for it
+
+    def _note(self, lease: Any) -> Any:
+        if lease is not None:
+            self._latest[lease.seq] = lease
+        return lease
+
+    def _same_attempt(self, lease: Any) -> Any:
+        latest = self._latest.get(getattr(lease, "seq", None))
+        if latest is not None and latest is not lease and latest.attempt == getattr(lease, "attempt", None):
+            return latest
+        return None
+
+    def _fenced(self, call: Callable[[Any], Any], lease: Any) -> Any:
+        try:
+            return call(lease)
+        except LeaseLost:
+            latest = self._same_attempt(lease)
+            if latest is None:
+                raise
+            return call(latest)  # the same (seq, attempt): taken for the same delivery
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note(super().claim(*args, **kwargs))
+
+    async def aclaim(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note(await super().aclaim(*args, **kwargs))
+
+    def claim_many(self, *args: Any, **kwargs: Any) -> Any:
+        leases = super().claim_many(*args, **kwargs)
+        for lease in leases:
+            self._note(lease)
+        return leases
+
+    def ack(self, lease: Any) -> None:
+        self._fenced(super().ack, lease)
+
+    def nack(self, lease: Any, delay: float = 0.0) -> None:
+        self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).nack(x, delay), lease)
+
+    def release(self, lease: Any, delay: float = 0.0) -> None:
+        self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).release(x, delay), lease)
+
+    def extend(self, lease: Any, visibility: float) -> Any:
+        return self._note(self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).extend(x, visibility), lease))
+
+    def bury(self, lease: Any, reason: str = "") -> None:
+        self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).bury(x, reason), lease)
+
+    def ack_and_claim(self, lease: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._note(
+            self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).ack_and_claim(x, *args, **kwargs), lease)
+        )
+
+    def ack_many(self, leases: Any) -> Any:
+        rest = []
+        for lease in super().ack_many(leases):
+            latest = self._same_attempt(lease)
+            if latest is None or super().ack_many([latest]):
+                rest.append(lease)
+        return rest
+
+
+class RetryForgetsThePause(Pure):
+    """``retry`` as "make it claimable now": it lifts a pause as well (by
+    resuming the group), so an operator's pause is lost."""
+
+    def retry(self, group_id: str) -> bool:
+        retried = super().retry(group_id)
+        if retried:
+            self.resume(group_id)
+        return retried
+
+
+#: The broken transports whose bug is in SPEC Part 5, and the contract tests
+#: that must fail on each.
+PART5_BUGS = {
+    "DuplicateKeyUsesUpASeq": [
+        "test_once_a_held_key_returns_the_holders_seq_and_changes_nothing",
+        "test_once_a_key_belongs_to_its_group",
+    ],
+    "ReleaseFencesByAttemptOnly": [
+        "test_release_no_aba_a_released_delivery_is_never_current_again[ack-same-worker]",
+        "test_release_no_aba_a_released_delivery_is_never_current_again[nack-other-worker]",
+        "test_release_no_aba_a_released_delivery_is_never_current_again[extend-same-worker]",
+        "test_release_no_aba_whoever_redelivers[claim]",
+    ],
+    "RetryForgetsThePause": ["test_retry_keeps_a_pause"],
 }

@@ -22,7 +22,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 import broken_transports
-from broken_transports import ACK_AND_CLAIM_BUGS, PART1_BUGS, QUARANTINE_BUGS
+from broken_transports import ACK_AND_CLAIM_BUGS, PART1_BUGS, PART5_BUGS, QUARANTINE_BUGS
 
 import leasequeue.testing
 from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
@@ -69,7 +69,7 @@ REASONS = {
     "test_ack_and_claim_of_a_stale_lease_changes_nothing[expired-and-reclaimed]":
         "('h', 0, 1, 'leased', False, 3, 'w9'",
     "test_ack_and_claim_of_a_forged_or_foreign_lease_changes_nothing[forged]":
-        "(3, 2, 2, 0, 0, 0) != (3, 2, 1, 0, 0, 0)",
+        "(3, 2, 2, 0, 0, 0, 0) != (3, 2, 1, 0, 0, 0, 0)",
     # acked before the bad argument (or the failing clock) was seen: 4 messages held, not 5
     "test_ack_and_claim_bad_input_changes_nothing[worker_id-int]": "At index 0 diff: 4 != 5",
     "test_ack_and_claim_bad_input_changes_nothing[visibility-nan]": "At index 0 diff: 4 != 5",
@@ -266,3 +266,27 @@ def test_the_differential_catches_a_broken_ack_and_claim(name: str) -> None:
     with pytest.raises(AssertionError, match="ack_and_claim"):
         for seed in range(20):
             check_differential(lambda clock: broken(clock=clock), ops=3000, seed=seed, ack_and_claim=True)
+
+
+# -- SPEC Part 5: later, once, honest attempts -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def part5_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+    if not PART5:
+        pytest.skip("the pure twin has no SPEC Part 5 yet (delay, key, dedup_window, release, retry)")
+    classes = {name: f"broken_transports.{name}" for name in PART5_BUGS}
+    classes["UnbrokenPureTwin"] = "InMemoryTransport"
+    return run_contract(tmp_path_factory.mktemp("part5"), classes, waiting=True,
+                        select="later or once or release or retry")
+
+
+def test_the_unbroken_twin_passes_the_part5_rules(part5_outcomes: Outcomes) -> None:
+    ran = [test for (cls, test) in part5_outcomes if cls == "TestUnbrokenPureTwin"]
+    assert len(ran) > 150
+    assert failures(part5_outcomes, "TestUnbrokenPureTwin") == []
+
+
+@pytest.mark.parametrize("name", sorted(PART5_BUGS))
+def test_the_contract_catches_a_broken_part5(part5_outcomes: Outcomes, name: str) -> None:
+    assert_caught_for_the_right_reason(part5_outcomes, f"Test{name}", PART5_BUGS[name])

@@ -369,16 +369,21 @@ class LaterRules(ContractBase):
     @requires("supports_waiting", WAITING)
     @pytest.mark.parametrize("kind", ["thread", "asyncio"])
     @pytest.mark.parametrize("noticed", ["by-itself", "applied-by-stats"])
+    @pytest.mark.parametrize("published", ["before-the-claim-waits", "while-it-waits"])
     def test_later_becoming_due_wakes_a_waiting_claim(
-        self, transport: Any, clock: ContractClock, kind: str, noticed: str
+        self, transport: Any, clock: ContractClock, kind: str, noticed: str, published: str
     ) -> None:
         """Becoming due is becoming claimable: a waiting claim gets the
         message without anything else happening (it notices the due time by
-        itself), or when another operation (``stats()``) sees it due.  A
-        publish with a delay wakes nobody into a delivery."""
+        itself), or when another operation (``stats()``) sees it due; also
+        when the delayed publish came after the claim began to wait.  A
+        publish with a delay delivers nothing to a waiting claim."""
         delay = 0.5 if noticed == "by-itself" else 1000.0
+        if published == "before-the-claim-waits":
+            transport.publish("g", "e", delay=delay)
         waiter = self.waiting_claim(transport, clock, kind)
-        transport.publish("g", "e", delay=delay)
+        if published == "while-it-waits":
+            transport.publish("g", "e", delay=delay)
         waiter.join(self.settle_seconds)
         assert not waiter.done, f"the waiting claim returned {waiter.result!r} before the message was due"
         if noticed == "by-itself":
