@@ -50,7 +50,7 @@ class TestSQLiteTransport(TransportContract):
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_differential_against_the_reference(tmp_path: Any, seed: int) -> None:
     """The same random operations (bad input, stale leases, clock jumps,
-    control plane, batches) on a SQLite file and on the reference give the
+    control plane, batches, Part 5's delays, keys, release and retry) on a SQLite file and on the reference give the
     same answers and the same errors."""
     made = []
 
@@ -61,7 +61,8 @@ def test_differential_against_the_reference(tmp_path: Any, seed: int) -> None:
 
     try:
         check_differential(make, ops=OPS, seed=seed, preserves_identity=False,
-                           accepts_rebuilt_leases=True, usable_after_close=False)
+                           accepts_rebuilt_leases=True, usable_after_close=False,
+                           later=True, once=True, release=True)
     finally:
         for transport in made:
             transport.close()
@@ -83,7 +84,8 @@ def test_instances_on_one_file_are_one_transport(tmp_path: Any, seed: int) -> No
 
     try:
         check_differential(make, ops=OPS, seed=1000 + seed, preserves_identity=False,
-                           accepts_rebuilt_leases=True, usable_after_close=False)
+                           accepts_rebuilt_leases=True, usable_after_close=False,
+                           later=True, once=True, release=True)
     finally:
         for transport in made:
             transport.close()
