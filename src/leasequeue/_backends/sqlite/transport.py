@@ -116,6 +116,9 @@ WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
 _Q = load_queries("sqlite")
 _NEVER_CLAIMED = 2**62
 _INF = math.inf
+#: ``publish``'s default ``delay``: the publish of Part 1 is told apart by identity (two
+#: ``is`` tests); any other ``delay`` object, an equal 0.0 included, is checked.
+_NO_DELAY = 0.0
 
 # After a fork, a child must not touch its parent's connection (SQLite's
 # rule), nor close it (closing could checkpoint or unlock the parent's file):
@@ -498,7 +501,7 @@ class SQLiteTransport(LaterOnce):
     # ------------------------------------------------------------ Part 1
 
     def publish(
-        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = _NO_DELAY, key: Optional[str] = None
     ) -> int:
         """Append ``event`` to group ``group_id``; return its sequence number.
 
@@ -514,7 +517,7 @@ class SQLiteTransport(LaterOnce):
             group_id = check_id(group_id, "group_id")
         if type(priority) is not int or not INT64_MIN <= priority <= INT64_MAX:
             priority = check_priority(priority, "priority")
-        if key is not None or type(delay) is not float or delay:
+        if delay is not _NO_DELAY or key is not None:
             return self._publish_later_once(group_id, event, priority, delay, key)
         data = self._serialize(event)
         wakes: Any = ()
