@@ -82,6 +82,11 @@ HOT = {
     "release_now": ("g1", 1, 1, "w", 7),
     "release_park": ("g1", 1, 1, "w", 7, 5.0),
     "retry": (1,),
+    "count_due": (3, 9.0),
+    "count_batch_due": (100, 9.0),
+    "drop_due": (),
+    "skip_due": (3,),
+    "purge_due": (1,),
 }
 
 OK_SCAN = re.compile(
@@ -177,11 +182,11 @@ def test_stats_reads_the_state_row_alone(conn: Any) -> None:
     lines = plan(conn, QUERIES["counts"], HOT["counts"])
     assert any(line.startswith("SEARCH lq_state USING INTEGER PRIMARY KEY") for line in lines), lines
     assert any(line.startswith("SEARCH lq_quarantine USING INTEGER PRIMARY KEY") for line in lines), lines
-    assert any(line.startswith("SEARCH lq_messages USING COVERING INDEX lq_messages_due (due_at>?)")
+    assert any(line.startswith("SEARCH lq_due USING COVERING INDEX lq_due_at (due_at>?)")
                for line in lines), lines
     assert all(line.startswith(("SEARCH lq_state USING INTEGER PRIMARY KEY", "SCALAR SUBQUERY", "CORRELATED SCALAR SUBQUERY",
                                 "SEARCH lq_quarantine USING INTEGER PRIMARY KEY",
-                                "SEARCH lq_messages USING COVERING INDEX lq_messages_due")) for line in lines), lines
+                                "SEARCH lq_due USING COVERING INDEX lq_due_at")) for line in lines), lines
 
 
 def test_a_key_is_found_through_indexes(conn: Any) -> None:

@@ -15,7 +15,8 @@ delay or a key keeps its one-statement path in ``transport.py``).
   (``waiting.py``), which sleeps until the earliest lock end, wakes them for
   it, in this process and in others.  A message that becomes the head later
   (ack, skip) is scheduled by the statement that moves the head on.
-  ``stats().scheduled`` counts ``due_at >= now`` in an index.
+  ``stats().scheduled`` counts the rows of ``lq_due`` (one per delayed
+  message whose due time may not have passed) with ``due_at >= now``.
 * **Once.**  A key is stored with its message (``lq_messages.key``, indexed
   per group): it is held while that message is.  With ``dedup_window > 0``
   the publish also keeps it in ``lq_keys`` until its time + the window (the
@@ -97,6 +98,8 @@ class LaterOnce:
                     due = time_now + delay if delay > 0.0 else None
                     cur.execute(_Q["publish_extras"], (group_id, seq, due, key))
                     if due is not None:
+                        cur.execute(_Q["drop_due"])
+                        cur.execute(_Q["count_due"], (seq, due))
                         cur.execute(_Q["schedule_head"], (group_id,))
                     if key is not None and window > 0.0:
                         cur.execute(_Q["keep_key"], (group_id, key, seq, time_now + window))
@@ -164,6 +167,8 @@ class LaterOnce:
                     cur.execute(_Q["batch_heads"], (base,))
                     cur.execute(_Q["batch_messages"], (base, due))
                     if due is not None:
+                        cur.execute(_Q["drop_due"])
+                        cur.execute(_Q["count_batch_due"], (base, due))
                         cur.execute(_Q["schedule_batch_heads"])
                     if keyed and window > 0.0:
                         cur.execute(_Q["keep_batch_keys"], (base, time_now + window))

@@ -277,9 +277,9 @@ WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder =
 -- name: counts --
 -- stats(): messages, groups, leased, parked, paused, buried: the rows lq_state and
 -- lq_quarantine, O(1); scheduled: the messages whose due time is not before the
--- transport's time, a range of lq_messages_due, O(log n + scheduled).
+-- transport's time, a range of lq_due_at, O(log n + scheduled).
 SELECT messages, groups, leased, parked, paused, (SELECT buried FROM lq_quarantine WHERE id = 1),
-       (SELECT count(*) FROM lq_messages WHERE due_at >= lq_state.now)
+       (SELECT count(*) FROM lq_due WHERE due_at >= lq_state.now)
 FROM lq_state WHERE id = 1;
 
 -- name: count_messages --
@@ -418,6 +418,26 @@ ORDER BY m.seq LIMIT ?2;
 -- time ?3 (NULL: no delay) and key ?4 (NULL: none).
 UPDATE lq_messages SET due_at = ?3, key = ?4
 WHERE gid = (SELECT gid FROM lq_groups WHERE group_id = ?1) AND seq = ?2;
+
+-- name: count_due --
+-- Count message ?1 (published with a delay) as scheduled until its due time ?2.
+INSERT INTO lq_due (seq, due_at) VALUES (?1, ?2);
+
+-- name: count_batch_due --
+-- count_due for the staged batch (?1 = the seq before the batch, ?2 = the due time).
+INSERT INTO lq_due (seq, due_at) SELECT ?1 + n, ?2 FROM temp.lq_batch;
+
+-- name: drop_due --
+-- Forget the due times that have passed (they count for nothing): a range of lq_due_at.
+DELETE FROM lq_due WHERE due_at < (SELECT now FROM lq_state WHERE id = 1);
+
+-- name: skip_due --
+-- skip() removes message ?1: its due time, if any, goes with it.
+DELETE FROM lq_due WHERE seq = ?1;
+
+-- name: purge_due --
+-- purge() removes the messages of group ?1: their due times go with them (before purge_messages).
+DELETE FROM lq_due WHERE seq IN (SELECT seq FROM lq_messages WHERE gid = ?1);
 
 -- name: schedule_head --
 -- Group ?1's head, if free and published with a delay that is not due at the transport's

@@ -706,6 +706,7 @@ class SQLiteTransport(LaterOnce):
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 self._use_time(cur, now)
+                cur.execute(_Q["drop_due"])
                 counts = cur.execute(_Q["counts"]).fetchone()
                 if self._queue.waiters:
                     wakes = self._topup_in(cur)
@@ -922,6 +923,7 @@ class SQLiteTransport(LaterOnce):
                 row = cur.execute(_Q["find_group"], (group_id,)).fetchone()
                 if row is not None:
                     removed = row[3]
+                    cur.execute(_Q["purge_due"], (row[0],))
                     cur.execute(_Q["purge_messages"], (row[0],))
                     cur.execute(_Q["forget_group"], (row[0],))
                     lock = row[2]
@@ -1043,6 +1045,7 @@ class SQLiteTransport(LaterOnce):
                     cur.execute(_Q["skip_count"], (gid,))
                     if row[2] == 3:
                         cur.execute(_Q["count_buried"], (-1,))
+                    cur.execute(_Q["skip_due"], (row[4],))
                     cur.execute(_Q["skip"], (gid,))
                     cur.execute(_Q["schedule_head"], (group_id,))  # the new head may be scheduled
                     removed = True

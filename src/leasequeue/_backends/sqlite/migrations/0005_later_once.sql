@@ -15,8 +15,13 @@
 ALTER TABLE lq_messages ADD COLUMN due_at REAL;
 ALTER TABLE lq_messages ADD COLUMN key TEXT;
 
-CREATE INDEX lq_messages_due ON lq_messages (due_at) WHERE due_at IS NOT NULL;
 CREATE INDEX lq_messages_key ON lq_messages (gid, key) WHERE key IS NOT NULL;
+
+CREATE TABLE lq_due (
+    seq    INTEGER PRIMARY KEY,
+    due_at REAL    NOT NULL
+);
+CREATE INDEX lq_due_at ON lq_due (due_at);
 
 CREATE TABLE lq_keys (
     group_id   TEXT    NOT NULL,
