@@ -246,5 +246,13 @@ def check_counters(db: sqlite3.Connection) -> None:
     assert not bad
     orphans = db.execute("SELECT count(*) FROM lq_messages WHERE gid NOT IN (SELECT gid FROM lq_groups)").fetchone()
     assert orphans == (0,)
+    # stats().scheduled counts lq_due's rows not due yet: each of them is a message still held, with that due time
+    assert db.execute(
+        "SELECT count(*) FROM lq_due AS d WHERE d.due_at >= (SELECT now FROM lq_state) AND NOT EXISTS "
+        "(SELECT 1 FROM lq_messages AS m WHERE m.seq = d.seq AND m.due_at = d.due_at)").fetchone() == (0,)
+    # every scheduled head (lock 4) waits for its own due time
+    assert db.execute(
+        "SELECT count(*) FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = g.head_seq"
+        " WHERE g.lock = 4 AND (m.due_at IS NULL OR m.due_at != g.expires_at)").fetchone() == (0,)
     last_seq = db.execute("SELECT last_seq FROM lq_state").fetchone()[0]
     assert db.execute("SELECT coalesce(max(seq), 0) FROM lq_messages").fetchone()[0] <= last_seq
