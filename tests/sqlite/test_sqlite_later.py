@@ -338,3 +338,33 @@ def test_threads_with_keys_delays_release_and_retry_lose_nothing(tmp_path: Any, 
     for group in groups:  # FIFO per group
         order = [seq for g, seq in acked if g == group]
         assert order == sorted(order), group
+
+
+def test_keys_that_hold_nothing_are_forgotten(tmp_path: Any) -> None:
+    """lq_keys keeps the keys of one window: after their messages left and
+    their window passed, each keyed publish forgets up to 16 of them, while a
+    key whose message is still stored stays held however long it waits."""
+    path = tmp_path / "q.db"
+    clock = ManualClock(1000.0)
+
+    def rows() -> int:
+        conn = sqlite3.connect(str(path))
+        try:
+            return int(conn.execute("SELECT count(*) FROM lq_keys").fetchone()[0])
+        finally:
+            conn.close()
+
+    with SQLiteTransport(path, clock=clock, dedup_window=5.0) as t:
+        waiting = t.publish("slow", "x", key="kept")
+        t.pause("slow")  # never claimed: its key stays held by its message
+        t.publish_many([(f"g{i}", i, 0, f"k{i}") for i in range(100)])  # seqs 2 .. 101
+        for _ in range(100):
+            t.ack(t.claim("w", 30))
+        assert len(t) == 1 and rows() == 101
+        assert t.publish("g7", "again", key="k7") == 9  # its message left, the window holds it
+        clock.advance(3600.0)
+        for i in range(7):
+            t.publish("other", i, key=f"new{i}")
+        assert rows() == 1 + 7  # 7 x 16 >= 100: every key that held nothing is forgotten
+        assert t.publish("slow", "y", key="kept") == waiting  # still held by its stored message
+        assert t.publish("g7", "again", key="k7") > 101  # no longer held: a new message

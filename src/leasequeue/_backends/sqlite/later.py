@@ -17,11 +17,12 @@ delay or a key keeps its one-statement path in ``transport.py``).
   (ack, skip) is scheduled by the statement that moves the head on.
   ``stats().scheduled`` counts the rows of ``lq_due`` (one per delayed
   message whose due time may not have passed) with ``due_at >= now``.
-* **Once.**  A key is stored with its message (``lq_messages.key``, indexed
-  per group): it is held while that message is.  With ``dedup_window > 0``
-  the publish also keeps it in ``lq_keys`` until its time + the window (the
-  publishing transport's window), so it stays held after its message left;
-  each keyed publish forgets the kept keys whose time has passed.
+* **Once.**  A key is stored with its message (``lq_messages.key``, for
+  ``peek``) and in ``lq_keys`` (group id, key, seq, the publish's time + the
+  publishing transport's window): it is held while that message is stored or
+  that time has not passed.  Each keyed publish forgets a few rows that hold
+  nothing any more (schema.sql).  No index of ``lq_messages`` is added: a
+  plain publish and ack cost what they did.
 * **Release and retry.**  ``release`` is ``nack`` whose delivery does not
   count; ``retry`` gives a head a fresh start.  Fencing by delivery (the
   claim number a lease carries) is in every statement that tests a lease.
@@ -91,7 +92,9 @@ class LaterOnce:
                 seq: Any = None
                 if key is not None:
                     cur.execute(_Q["drop_keys"])
-                    seq = cur.execute(_Q["key_holder"], (group_id, key)).fetchone()[0]
+                    cur.execute(_Q["defer_keys"])
+                    found = cur.execute(_Q["key_holder"], (group_id, key)).fetchone()
+                    seq = None if found is None else found[0]
                 if seq is None:  # not held: publish
                     seq = cur.execute(_Q["publish"], (group_id, priority, data)).fetchone()[0]
                     time_now = cur.execute(_Q["now"]).fetchone()[0]
@@ -101,7 +104,7 @@ class LaterOnce:
                         cur.execute(_Q["drop_due"])
                         cur.execute(_Q["count_due"], (seq, due))
                         cur.execute(_Q["schedule_head"], (group_id,))
-                    if key is not None and window > 0.0:
+                    if key is not None:
                         cur.execute(_Q["keep_key"], (group_id, key, seq, time_now + window))
                     if self._queue.waiters and due is None:
                         messages, ready, group_priority = cur.execute(_Q["group_state"], (group_id,)).fetchone()
@@ -139,6 +142,7 @@ class LaterOnce:
                     self._use_time(cur, now)
                 if keyed:
                     cur.execute(_Q["drop_keys"])
+                    cur.execute(_Q["defer_keys"])
                 staged: List[Tuple[str, int, Any, Optional[str]]] = []
                 seen: Dict[Tuple[str, str], Tuple[str, int]] = {}
                 for row in rows:
@@ -146,9 +150,9 @@ class LaterOnce:
                     if key is not None:
                         held = seen.get((group_id, key))
                         if held is None:
-                            holder = cur.execute(_Q["key_holder"], (group_id, key)).fetchone()[0]
-                            if holder is not None:
-                                held = seen[(group_id, key)] = ("seq", holder)
+                            found = cur.execute(_Q["key_holder"], (group_id, key)).fetchone()
+                            if found is not None:
+                                held = seen[(group_id, key)] = ("seq", found[0])
                         if held is not None:
                             results.append(held)
                             continue
@@ -170,7 +174,7 @@ class LaterOnce:
                         cur.execute(_Q["drop_due"])
                         cur.execute(_Q["count_batch_due"], (base, due))
                         cur.execute(_Q["schedule_batch_heads"])
-                    if keyed and window > 0.0:
+                    if keyed:
                         cur.execute(_Q["keep_batch_keys"], (base, time_now + window))
                     if self._queue.waiters:
                         counts: Dict[str, int] = {}

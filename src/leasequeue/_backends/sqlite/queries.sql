@@ -459,27 +459,48 @@ WHERE group_id IN (SELECT group_id FROM temp.lq_batch) AND lock = 0
       >= (SELECT now FROM lq_state WHERE id = 1);
 
 -- name: key_holder --
--- The seq of the message holding key ?2 in group ?1, or NULL: a message of the group
--- still stored with that key (lq_messages_key), else a key kept by lq_keys whose time
--- has not passed.  O(log n).
-SELECT coalesce(
-    (SELECT m.seq FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.key = ?2
-     WHERE g.group_id = ?1 AND m.key IS NOT NULL),
-    (SELECT seq FROM lq_keys
-     WHERE group_id = ?1 AND key = ?2 AND held_until > (SELECT now FROM lq_state WHERE id = 1)));
+-- The seq of the message holding key ?2 in group ?1, or NULL: the key's row, if its
+-- message is still stored or its time has not passed.  O(log n).
+SELECT k.seq FROM lq_keys AS k
+WHERE k.group_id = ?1 AND k.key = ?2
+  AND (k.held_until > (SELECT now FROM lq_state WHERE id = 1)
+       OR EXISTS (SELECT 1 FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = k.seq
+                  WHERE g.group_id = k.group_id));
 
 -- name: keep_key --
--- Hold key ?2 of group ?1 (message ?3) until ?4, also after its message has left.
-INSERT OR REPLACE INTO lq_keys (group_id, key, seq, held_until) VALUES (?1, ?2, ?3, ?4);
+-- Key ?2 of group ?1 is held by message ?3, and until ?4 also after that message left.
+INSERT OR REPLACE INTO lq_keys (group_id, key, seq, held_until, check_at) VALUES (?1, ?2, ?3, ?4, ?4);
 
 -- name: keep_batch_keys --
 -- keep_key for the staged batch's keys (?1 = the seq before the batch, ?2 = held until).
-INSERT OR REPLACE INTO lq_keys (group_id, key, seq, held_until)
-SELECT group_id, key, ?1 + n, ?2 FROM temp.lq_batch WHERE key IS NOT NULL;
+INSERT OR REPLACE INTO lq_keys (group_id, key, seq, held_until, check_at)
+SELECT group_id, key, ?1 + n, ?2, ?2 FROM temp.lq_batch WHERE key IS NOT NULL;
 
 -- name: drop_keys --
--- Forget the kept keys whose time has passed (a range of lq_keys_held_until).
-DELETE FROM lq_keys WHERE held_until <= (SELECT now FROM lq_state WHERE id = 1);
+-- Of the (up to) 16 rows first due for a look (check_at, at first held_until, not after
+-- the transport's time), forget those that hold nothing: their time has passed and their
+-- message has left.  O(16 log n): a range of lq_keys_check_at, then one look each.
+DELETE FROM lq_keys
+WHERE (group_id, key) IN (
+        SELECT k.group_id, k.key FROM lq_keys AS k
+        WHERE k.check_at <= (SELECT now FROM lq_state WHERE id = 1)
+        ORDER BY k.check_at LIMIT 16)
+  AND held_until <= (SELECT now FROM lq_state WHERE id = 1)
+  AND NOT EXISTS (SELECT 1 FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = lq_keys.seq
+                  WHERE g.group_id = lq_keys.group_id);
+
+-- name: defer_keys --
+-- After drop_keys: the (up to) 16 rows first due for a look now (those it kept: their
+-- message is still stored) are looked at again after about as long again as their time
+-- has passed (at least 1 s, at most a day), so each row is looked at O(log(its life)) times.
+UPDATE lq_keys SET check_at = (SELECT now FROM lq_state WHERE id = 1)
+    + min(max(1.0, coalesce((SELECT now FROM lq_state WHERE id = 1) - held_until, 1.0)), 86400.0)
+WHERE (group_id, key) IN (
+        SELECT k.group_id, k.key FROM lq_keys AS k
+        WHERE k.check_at <= (SELECT now FROM lq_state WHERE id = 1)
+        ORDER BY k.check_at LIMIT 16)
+  AND EXISTS (SELECT 1 FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = lq_keys.seq
+              WHERE g.group_id = lq_keys.group_id);
 
 -- name: release_now --
 -- release(lease, 0): as nack_now (?1-?5 the lease), and the delivery does not count.

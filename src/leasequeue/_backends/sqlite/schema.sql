@@ -179,14 +179,30 @@ CREATE TABLE lq_quarantine (
 INSERT INTO lq_quarantine (id, buried) VALUES (1, 0);
 
 -- Version 5: later and once (SPEC Part 5), made last as migration 0005 makes
--- them.  A plain publish leaves due_at and key NULL, so the partial index
--- below skips its row.  Every index of lq_messages costs every publish (an
--- INSERT opens a cursor on each, even one whose WHERE skips the row: about
--- 1,300 instructions by callgrind), so lq_messages has one, for keys, and
--- the due times are counted in a table of their own.
+-- them.  Not one index on lq_messages: every index of a table costs every
+-- INSERT and DELETE of it a cursor, even a partial index that skips the row
+-- (about 1,300 instructions per publish by callgrind), and a plain publish
+-- and ack must cost what they did.  So keys and due times are looked up and
+-- counted in tables of their own, which only a keyed or delayed publish
+-- writes.
 --
--- Keys held by messages still in the store, per group: O(log n) per check.
-CREATE INDEX lq_messages_key ON lq_messages (gid, key) WHERE key IS NOT NULL;
+-- Keys: one row per key a publish stored, keyed by the group's id (not its
+-- row: a held key survives its group being forgotten).  The key is held
+-- while its message is stored (seq, looked up through the group: O(log n))
+-- or while held_until, the publish's time + the publishing transport's
+-- dedup_window, is after the transport's time.  Each keyed publish forgets
+-- up to 16 rows that hold nothing any more, found by check_at (first their
+-- held_until); a row whose message is still stored is looked at again later,
+-- each time after about twice as long (so O(log(lifetime)) looks per key).
+CREATE TABLE lq_keys (
+    group_id   TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,  -- the message that stored it
+    held_until REAL    NOT NULL,
+    check_at   REAL    NOT NULL,  -- when to see whether it holds anything
+    PRIMARY KEY (group_id, key)
+) WITHOUT ROWID;
+CREATE INDEX lq_keys_check_at ON lq_keys (check_at);
 -- Messages published with a delay whose due time may not have passed:
 -- stats().scheduled counts the rows with due_at >= the transport's time, a
 -- range of lq_due_at, O(log n + scheduled).  Written by a delayed publish;
@@ -199,16 +215,3 @@ CREATE TABLE lq_due (
     due_at REAL    NOT NULL
 );
 CREATE INDEX lq_due_at ON lq_due (due_at);
--- Keys published by a transport whose dedup_window > 0: held after their
--- message has left until held_until (the publish's time + that window; a key
--- is held while held_until > the transport's time).  Keyed by the group's id,
--- not its row: a held key survives its group being forgotten.  Each keyed
--- publish drops the rows whose time has passed (a range of the second index).
-CREATE TABLE lq_keys (
-    group_id   TEXT    NOT NULL,
-    key        TEXT    NOT NULL,
-    seq        INTEGER NOT NULL,  -- the message that stored it
-    held_until REAL    NOT NULL,
-    PRIMARY KEY (group_id, key)
-) WITHOUT ROWID;
-CREATE INDEX lq_keys_held_until ON lq_keys (held_until);

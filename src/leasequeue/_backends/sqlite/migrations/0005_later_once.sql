@@ -15,19 +15,18 @@
 ALTER TABLE lq_messages ADD COLUMN due_at REAL;
 ALTER TABLE lq_messages ADD COLUMN key TEXT;
 
-CREATE INDEX lq_messages_key ON lq_messages (gid, key) WHERE key IS NOT NULL;
+CREATE TABLE lq_keys (
+    group_id   TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    held_until REAL    NOT NULL,
+    check_at   REAL    NOT NULL,
+    PRIMARY KEY (group_id, key)
+) WITHOUT ROWID;
+CREATE INDEX lq_keys_check_at ON lq_keys (check_at);
 
 CREATE TABLE lq_due (
     seq    INTEGER PRIMARY KEY,
     due_at REAL    NOT NULL
 );
 CREATE INDEX lq_due_at ON lq_due (due_at);
-
-CREATE TABLE lq_keys (
-    group_id   TEXT    NOT NULL,
-    key        TEXT    NOT NULL,
-    seq        INTEGER NOT NULL,
-    held_until REAL    NOT NULL,
-    PRIMARY KEY (group_id, key)
-) WITHOUT ROWID;
-CREATE INDEX lq_keys_held_until ON lq_keys (held_until);
