@@ -118,9 +118,9 @@ L = LeaseRef(-1)  # placeholder in BAD_CALLS: "a recent lease"
 #: Part 5: how long a publish is delayed (OMIT: no delay), keys (a small
 #: alphabet, so duplicates are frequent; OMIT: no key argument), and the
 #: few groups keyed and delayed publishes mostly go to
-PUBLISH_DELAYS = [(OMIT, 50), (0, 4), (-0.0, 1), (0.5, 4), (1, 8), (3.5, 8), (10, 6), (40, 3), (INF, 1),
-                  (10**400, 0.3)]
-KEYS = [(OMIT, 30), (None, 5), ("a", 25), ("b", 15), (Name("a"), 5), ("", 3)]
+PUBLISH_DELAYS: List[Tuple[Any, float]] = [(OMIT, 50), (0, 4), (-0.0, 1), (0.5, 4), (1, 8), (3.5, 8), (10, 6),
+                                           (40, 3), (INF, 1), (10**400, 0.3)]
+KEYS: List[Tuple[Any, float]] = [(OMIT, 30), (None, 5), ("a", 25), ("b", 15), (Name("a"), 5), ("", 3)]
 FEW_GROUPS = ["g0", "g1", Name("g0")]
 #: the dedup windows a run with keys draws from its seed (0: held while the
 #: message is; a window comparable to the time steps; for ever)

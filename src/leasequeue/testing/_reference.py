@@ -392,12 +392,12 @@ class ReferenceTransport:
         than ``dedup_window`` since its publish."""
         for m in self._messages:
             if m["group_id"] == group_id and m["key"] == key:
-                return m["seq"]  # type: ignore[no-any-return]
+                return m["seq"]
         if now is not None:
             self._gone_keys = [k for k in self._gone_keys if now < k["published_at"] + self._window]
             for k in self._gone_keys:
                 if k["group_id"] == group_id and k["key"] == key:
-                    return k["seq"]  # type: ignore[no-any-return]
+                    return k["seq"]
         return None
 
     def _leave(self, m: Dict[str, Any]) -> None:
