@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from leasequeue import LeaseLost
+from leasequeue._backends.inmemory.transport_py import _FREE, _SCHEDULED
 from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
 from leasequeue._validation import INT64_MAX, INT64_MIN, check_priority, check_time
 
@@ -66,6 +67,8 @@ class TimestampRoundRobin(Pure):
                 group = self._groups.get(lease.group_id)
                 if group is not None:  # leased, so not in a ready heap: its key may change
                     group.key = round(group.last_claimed_at * 1000) * 2**40 + lease.seq
+                    # the key also numbers the delivery (fencing, Part 5): the lease names the new one
+                    object.__setattr__(lease, "_delivery", group.key)
         return lease
 
 
@@ -505,6 +508,80 @@ class RetryForgetsThePause(Pure):
         return retried
 
 
+
+class DelayBlocksTheEarlierMessages(Pure):
+    """A delay that holds the whole group, not just the delayed message: a
+    publish with ``delay`` into a group whose head is ready schedules the
+    group until the new message's due, so messages published before it
+    wait too (a "group not before" column instead of a per-message due)."""
+
+    def publish(self, group_id: str, event: Any, priority: int = 0, **kwargs: Any) -> Any:
+        seq = super().publish(group_id, event, priority, **kwargs)
+        delay = kwargs.get("delay", 0.0)
+        if type(delay) in (int, float) and delay > 0:
+            with self._lock:
+                group = self._groups.get(str(group_id))
+                if group is not None and group.lock == _FREE and group.reason is None:
+                    last = group.messages[-1]
+                    if len(group.messages) - group.head > 1 and last[0] == seq:
+                        self._schedule(group, last[2])  # the head waits for the newest message's due
+        return seq
+
+
+class ScheduledHeadDueAtItsDueTime(Pure):
+    """A scheduled head becomes claimable at ``now == due`` (``due <= now``)
+    instead of from the first ``now > due``: whenever an operation reads
+    the clock, a scheduled head due exactly then is freed."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
+        read = self._clock
+
+        def clock_then_free() -> Any:
+            reading = read()
+            try:
+                now = check_time(reading)
+            except (TypeError, ValueError):
+                return reading  # the transport reports it
+            with self._lock:
+                if not self._busy:
+                    now = max(now, self._time)
+                    for due, tick, group in list(self._expiry):
+                        if due == now and group.tick == tick and group.lock == _SCHEDULED:
+                            if not group.paused:
+                                self._make_ready(group)
+                            self._unlock(group)
+            return reading
+
+        self._clock = clock_then_free
+
+
+
+class ReleaseCountsTheDelivery(Pure):
+    """``release`` as a plain ``nack``: the handed-back delivery counts, so
+    a rolling restart spends the message's retry budget."""
+
+    def release(self, lease: Any, delay: float = 0.0) -> None:
+        self.nack(lease, delay)
+
+
+
+class RetryGoesToTheBack(Pure):
+    """``retry`` as a fresh claim of the group's place: the retried group
+    goes to the back of the round-robin (as if just served), instead of
+    keeping its key and ``last_claimed_at``."""
+
+    def retry(self, group_id: str) -> bool:
+        retried = super().retry(group_id)
+        if retried:
+            with self._lock:
+                group = self._groups.get(str(group_id))
+                if group is not None and group.ready_key is not None:
+                    self._claims += 1  # a claim number, as if it had just been served
+                    self._rekey_ready(group, self._claims)
+        return retried
+
+
 #: The broken transports whose bug is in SPEC Part 5, and the contract tests
 #: that must fail on each.
 PART5_BUGS = {
@@ -519,4 +596,12 @@ PART5_BUGS = {
         "test_release_no_aba_whoever_redelivers[claim]",
     ],
     "RetryForgetsThePause": ["test_retry_keeps_a_pause"],
+    "DelayBlocksTheEarlierMessages": ["test_later_earlier_messages_of_the_group_are_not_delayed"],
+    "ScheduledHeadDueAtItsDueTime": ["test_later_scheduled_until_strictly_past_due"],
+    "RetryGoesToTheBack": ["test_retry_keeps_the_round_robin_place"],
+    "ReleaseCountsTheDelivery": [
+        "test_release_is_nack_whose_delivery_does_not_count[0]",
+        "test_release_is_nack_whose_delivery_does_not_count[5]",
+        "test_release_hands_the_same_attempt_again_each_time",
+    ],
 }

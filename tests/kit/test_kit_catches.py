@@ -81,6 +81,25 @@ REASONS = {
     "test_ack_and_claim_applies_expiry_at_its_now": "('g', 4, 1) == ('x', 1, 2)",
     "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[False]": "assert [] == [3]",
     "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[True]": "assert [] == [3]",
+    # Part 5: a held key burnt a seq (two held publishes: 5, not 3; one: 5, not 4)
+    "test_once_a_held_key_returns_the_holders_seq_and_changes_nothing": "assert 5 == 3",
+    "test_once_a_key_belongs_to_its_group": "assert 5 == 4",
+    # the released lease named the next delivery (same seq and attempt)
+    "test_release_no_aba_a_released_delivery_is_never_current_again[ack-same-worker]": "DID NOT RAISE",
+    "test_release_no_aba_a_released_delivery_is_never_current_again[nack-other-worker]": "DID NOT RAISE",
+    "test_release_no_aba_a_released_delivery_is_never_current_again[extend-same-worker]": "DID NOT RAISE",
+    "test_release_no_aba_whoever_redelivers[claim]": "DID NOT RAISE",
+    "test_retry_keeps_a_pause": "('ready', False, None, None) == ('paused', True, None, None)",
+    "test_later_earlier_messages_of_the_group_are_not_delayed":
+        "a message published before a scheduled one was held back by it",
+    # the head due at 1010 was leased at 1010
+    "test_later_scheduled_until_strictly_past_due": "expires_at=1040.0, attempt=1) is None",
+    # the retried groups (b, then a) went behind c
+    "test_retry_keeps_the_round_robin_place": "assert ['d', 'c', 'b', 'a'] == ['d', 'a', 'b', 'c']",
+    # the released delivery counted: the next one is attempt 2, not 1
+    "test_release_is_nack_whose_delivery_does_not_count[0]": "the released delivery was counted",
+    "test_release_is_nack_whose_delivery_does_not_count[5]": "the released delivery was counted",
+    "test_release_hands_the_same_attempt_again_each_time": "assert 2 == 1",
 }
 
 CLASS_TEMPLATE = '''
@@ -283,10 +302,22 @@ def part5_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
 
 def test_the_unbroken_twin_passes_the_part5_rules(part5_outcomes: Outcomes) -> None:
     ran = [test for (cls, test) in part5_outcomes if cls == "TestUnbrokenPureTwin"]
-    assert len(ran) > 150
+    assert len(ran) > 90
     assert failures(part5_outcomes, "TestUnbrokenPureTwin") == []
 
 
 @pytest.mark.parametrize("name", sorted(PART5_BUGS))
 def test_the_contract_catches_a_broken_part5(part5_outcomes: Outcomes, name: str) -> None:
     assert_caught_for_the_right_reason(part5_outcomes, f"Test{name}", PART5_BUGS[name])
+
+
+@pytest.mark.parametrize("name", sorted(PART5_BUGS))
+def test_the_differential_catches_a_broken_part5(name: str) -> None:
+    if not PART5:
+        pytest.skip("the pure twin has no SPEC Part 5 yet (delay, key, dedup_window, release, retry)")
+    check_differential = leasequeue.testing.check_differential
+    broken = getattr(broken_transports, name)
+    with pytest.raises(AssertionError, match="disagrees with reference"):
+        for seed in range(20):
+            check_differential(lambda clock, dedup_window=0.0: broken(clock=clock, dedup_window=dedup_window),
+                               ops=3000, seed=seed, later=True, once=True, release=True)

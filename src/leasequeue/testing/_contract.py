@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._rules_ack_and_claim import AckAndClaimRules
 from ._rules_attempts import AttemptRules
-from ._rules_bad_input import BadInputRules
+from ._rules_bad_input import BadInputRules, Part5BadInputRules
 from ._rules_batches import BatchRules
 from ._rules_control import ControlPlaneRules
 from ._rules_core import CoreRules
@@ -31,6 +31,7 @@ class TransportContract(
     LaterRules,
     OnceRules,
     AttemptRules,
+    Part5BadInputRules,
 ):
     """One test per rule of leasequeue's transport contract, for any transport.
 

@@ -29,7 +29,6 @@ __all__ = ["AttemptRules"]
 RELEASE = "release(lease, delay), retry(group_id) and fencing by delivery"
 CONTROL = "the control plane (pause, resume, purge, set_priority, group, groups)"
 QUARANTINE = "the quarantine (bury, skip, peek; resume lifting a bury)"
-BATCHES = "batches (publish_many, claim_many, ack_many)"
 WAITING = "waiting claims (claim(timeout=...), aclaim, close() waking waiters)"
 LATER = "delayed publish (publish(delay=), publish_many(delay=), the scheduled state, stats().scheduled, due_at)"
 

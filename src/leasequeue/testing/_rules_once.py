@@ -25,10 +25,8 @@ from ._rules_bad_input import ClockTouched
 __all__ = ["OnceRules"]
 
 ONCE = "idempotency keys (publish(key=), keyed publish_many items, Message.key, dedup_window=)"
-CONTROL = "the control plane (pause, resume, purge, set_priority, group, groups)"
 QUARANTINE = "the quarantine (bury, skip, peek; resume lifting a bury)"
 BATCHES = "batches (publish_many, claim_many, ack_many)"
-ACK_AND_CLAIM = "ack_and_claim"
 LATER = "delayed publish (publish(delay=), publish_many(delay=), the scheduled state, stats().scheduled, due_at)"
 
 
