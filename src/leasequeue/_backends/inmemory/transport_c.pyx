@@ -428,7 +428,7 @@ cdef class InMemoryTransport:
         cdef double vis, now, wait, expires_at = 0.0
         cdef int64_t minp
         cdef int32_t lv = -1, slot = -1, head
-        cdef int64_t seq = 0, attempt = 0
+        cdef int64_t seq = 0, attempt = 0, delivery = 0
         cdef Group *g
         cdef object gid = None, event = None
         if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
@@ -464,7 +464,8 @@ cdef class InMemoryTransport:
                 slot = ready_pop(&self._ready, lv)
                 g = &self._groups.at[slot]
                 self._claims += 1
-                g.key = self._claims
+                delivery = self._claims
+                g.key = delivery
                 g.claimed_at = now
                 g.attempt += 1
                 attempt = g.attempt
@@ -488,7 +489,7 @@ cdef class InMemoryTransport:
             if lv == -2:
                 raise MemoryError()
             return None
-        return _issue(seq, gid, event, wid, expires_at, attempt, self._owner, slot)
+        return _issue(seq, gid, event, wid, expires_at, attempt, self._owner, slot, delivery)
 
     def ack(self, lease: Lease) -> None:
         """Done: remove the leased message; its group may serve its next one.
@@ -538,6 +539,21 @@ cdef class InMemoryTransport:
         parked it blocks its whole group.  The group keeps its round-robin
         position.  Raises ``LeaseLost`` if the lease is not current.
         """
+        self._give_back(lease, delay, 1)
+
+    def release(self, lease: Lease, delay: float = 0.0) -> None:
+        """Hand a delivery back uncounted: ``nack(lease, delay)``, except that
+        the message's attempt count goes back to ``lease.attempt - 1``, so
+        its next delivery carries the same ``attempt`` as this one.
+
+        Same validation, errors, clock reads, park, round-robin position and
+        wake-ups as ``nack``.  Raises ``LeaseLost`` if the lease is not
+        current.
+        """
+        self._give_back(lease, delay, 0)
+
+    cdef int _give_back(self, object lease, object delay, bint counted) except -1:
+        """``nack`` (``counted``) or ``release``."""
         cdef double d, now = 0.0, expires_at
         cdef int32_t slot
         cdef Group *g
@@ -560,6 +576,8 @@ cdef class InMemoryTransport:
                 if g.lock != _FREE:
                     self._unlock(slot)
                 g.open = 0
+                if not counted:  # release: this delivery does not count
+                    g.attempt = (<Lease>lease)._cattempt - 1
                 if d == 0.0:
                     if not ready_contains(&self._ready, slot) and not g.paused:
                         self._make_ready(slot)
@@ -580,6 +598,7 @@ cdef class InMemoryTransport:
             raise LeaseLost(_lost_message(<Lease>lease))
         if self._wq.count:
             self._serve_waiters(now, d > 0.0)
+        return 0
 
     def extend(self, lease: Lease, visibility: float) -> Lease:
         """Heartbeat: lease the same message again until ``now + visibility``.
@@ -629,7 +648,7 @@ cdef class InMemoryTransport:
             self._serve_waiters(now, 1)
         return _issue(
             old._cseq, old.group_id, old.event, old.worker_id, expires_at,
-            old._cattempt, self._owner, slot,
+            old._cattempt, self._owner, slot, old._cdelivery,
         )
 
     def stats(self) -> TransportStats:
@@ -985,6 +1004,52 @@ cdef class InMemoryTransport:
             self._serve_waiters(now, 1)
         return skipped
 
+    def retry(self, group_id: str) -> bool:
+        """The operator's "run it again from scratch": ``True`` if it did.
+
+        ``False``, and nothing changed, for an unknown group, a group holding
+        no message, or a head under a lease that has not expired.
+        Otherwise the head's attempt count goes back to 0 (its next
+        delivery is attempt 1), a bury is lifted, a park ends and an expired
+        lease's delivery is closed (that lease stops being current); a
+        pause, a schedule, the round-robin position and ``last_claimed_at``
+        stay.  The head is then claimable unless the group is paused or the
+        head is scheduled.  Reads the clock and applies expiry first, as
+        ``skip`` does.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef Py_hash_t h = hash(gid)
+        cdef double now = self._read_clock()
+        cdef int32_t slot
+        cdef bint retried = 0
+        cdef Group *g
+        lq_lock(&self._lock)
+        try:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
+            if expiry_due(&self._expiry, now):
+                self._expire(now)
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            # after expiry a lock still set is live: a lease holds the head
+            if slot >= 0 and self._groups.at[slot].count and self._groups.at[slot].lock != _LEASED:
+                retried = 1
+                g = &self._groups.at[slot]
+                if g.lock == _PARKED:
+                    self._unlock(slot)  # the park ends
+                g.open = 0  # an expired lease's delivery is closed
+                g.attempt = 0
+                if self._groups.reason[slot] != NULL:
+                    self._unbury(slot)
+                if g.lock == _FREE and not g.paused and not ready_contains(&self._ready, slot):
+                    self._make_ready(slot)
+        finally:
+            lq_unlock(&self._lock)
+        if self._wq.count:  # the head, and whatever expiry freed
+            self._serve_waiters(now, 1)
+        return retried
+
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The oldest ``max_count`` messages of group ``group_id``, head first.
 
@@ -1162,7 +1227,7 @@ cdef class InMemoryTransport:
                 c = &taken[built]
                 built += 1  # its references go to the lease, whatever happens
                 out[built - 1] = _issue(c.seq, lq_steal(c.group_id), lq_steal(c.event), wid, expires_at,
-                                        c.attempt, self._owner, c.slot)
+                                        c.attempt, self._owner, c.slot, c.delivery)
         finally:
             for i in range(built, n):
                 Py_XDECREF(taken[i].group_id)
@@ -1274,7 +1339,7 @@ cdef class InMemoryTransport:
             Py_XDECREF(spent[i])  # the event's __del__ may run here, outside the lock
         if claimed:  # the lease takes the claim's references (an error here drops them)
             result = _issue(taken.seq, lq_steal(taken.group_id), lq_steal(taken.event), wid, expires_at,
-                            taken.attempt, self._owner, taken.slot)
+                            taken.attempt, self._owner, taken.slot, taken.delivery)
         if self._wq.count:  # served from what the claim left (the ack's next message, expiries)
             self._serve_waiters(now, 1)
         return result
@@ -1394,7 +1459,7 @@ cdef class InMemoryTransport:
                     or self._messages.at[self._groups.at[slot].head].seq != lease._cseq):
                 return -1
         g = &self._groups.at[slot]
-        if not g.open or g.attempt != lease._cattempt:
+        if not g.open or g.key != lease._cdelivery:  # fencing by delivery: its claim is the latest
             return -1
         return slot
 
@@ -1572,6 +1637,7 @@ cdef class InMemoryTransport:
         group_hold(&self._groups, slot, wid)
         out.seq = self._messages.at[g.head].seq
         out.attempt = g.attempt
+        out.delivery = self._claims
         out.slot = slot
         out.event = lq_list_ref(self._events, g.head)
         out.group_id = g.gid
@@ -1811,6 +1877,7 @@ cdef class InMemoryTransport:
         group_hold(&self._groups, slot, <PyObject *>w.worker_id)  # for group(): an exact str
         w.seq = self._messages.at[g.head].seq
         w.attempt = g.attempt
+        w.delivery = self._claims
         w.expires_at = expires_at
         w.slot = slot
         w.event = lq_list_get(self._events, g.head)  # the record held None: nothing is freed
@@ -1833,7 +1900,7 @@ cdef class InMemoryTransport:
                     or self._messages.at[self._groups.at[slot].head].seq != w.seq):
                 return 0
         g = &self._groups.at[slot]
-        if not g.open or g.attempt != w.attempt:
+        if not g.open or g.key != w.delivery:
             return 0  # re-delivered since (its lease expired): nothing of it left
         if ready_contains(&self._ready, slot):  # expired: ready under the hand-off's key
             self._unready(slot)
@@ -1943,7 +2010,7 @@ cdef class InMemoryTransport:
             raise MemoryError()
         if w.state == _W_HANDED:
             w.state = _W_IDLE
-            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot)
+            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot, w.delivery)
         return None
 
     def _wait_end(self, _Waiter w, bint keep):
@@ -1960,7 +2027,7 @@ cdef class InMemoryTransport:
         lq_unlock(&self._lock)
         self._wake(chain, poke)
         if kept:
-            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot)
+            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot, w.delivery)
         return None
 
     def _timer_fire(self):

@@ -70,6 +70,7 @@ cdef class _Waiter:
     # the lease handed over
     cdef int64_t seq
     cdef int64_t attempt
+    cdef int64_t delivery          # its claim number (fencing by delivery)
     cdef double expires_at
     cdef object gid
     cdef object event
