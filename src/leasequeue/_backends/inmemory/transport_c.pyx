@@ -286,8 +286,10 @@ cdef class InMemoryTransport:
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``,
     ``claim_many``, ``ack_and_claim``, ``extend``, ``stats``, ``group``,
-    ``groups``, ``skip`` and ``nack(delay > 0)`` (and by ``publish``,
-    ``ack``, ``nack(0)``, ``resume``, ``set_priority``, ``publish_many`` and
+    ``groups``, ``skip``, ``retry``, ``nack(delay > 0)``, ``release(delay >
+    0)``, and ``publish`` / ``publish_many`` with ``delay > 0`` or with a key
+    and ``dedup_window > 0`` (and by ``publish``, ``ack``, ``nack(0)``,
+    ``release(0)``, ``resume``, ``set_priority``, ``publish_many`` and
     ``ack_many`` while a claim waits for work), never while the transport's lock is held.  The
     transport's time never runs backwards: an operation whose clock reading
     is older than a time an earlier operation used (a racing thread, or a
@@ -296,6 +298,10 @@ cdef class InMemoryTransport:
 
     ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
     asyncio event loop; ``close()`` ends every wait.
+
+    ``dedup_window`` (seconds, default ``0.0``; ``+inf`` accepted) is how
+    long an idempotency key stays held after the publish that stored it,
+    once its message has left (see ``publish``).
     """
 
     cdef lq_mutex _lock
@@ -399,13 +405,14 @@ cdef class InMemoryTransport:
         taken when the group is created (its first message, or the first after
         it was emptied) and ignored otherwise.
 
-        ``delay > 0`` schedules the message: it is not delivered while
-        ``now + delay >= now`` of a claim (its group's later messages wait
-        behind it).  ``key`` (a ``str``, scoped to the group) makes the
-        publish idempotent: while the key is held (its message is, or was
-        published less than ``dedup_window`` seconds ago) the publish
-        changes nothing and returns the holder's seq.  Reads the clock if
-        ``delay > 0``, or if ``key`` is given and ``dedup_window > 0``.
+        ``delay > 0`` schedules the message until ``due = now + delay``: it is
+        not delivered while ``due >= now``, and while it is its group's oldest
+        message and not due its group waits behind it (FIFO holds).  ``key``
+        (a ``str``, scoped to the group) makes the publish idempotent: while
+        the key is held (its message is in the transport, or was published
+        less than ``dedup_window`` seconds ago), a publish with it publishes
+        nothing and returns the holder's seq.  The clock is read once when
+        ``delay > 0``, or with a key and ``dedup_window > 0``.
         """
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef int64_t prio = _priority(priority, "priority")
@@ -563,13 +570,14 @@ cdef class InMemoryTransport:
         self._give_back(lease, delay, 1)
 
     def release(self, lease: Lease, delay: float = 0.0) -> None:
-        """Hand a delivery back uncounted: ``nack(lease, delay)``, except that
-        the message's attempt count goes back to ``lease.attempt - 1``, so
-        its next delivery carries the same ``attempt`` as this one.
+        """Hand a delivery back without counting it: ``nack`` that does not spend an attempt.
 
-        Same validation, errors, clock reads, park, round-robin position and
-        wake-ups as ``nack``.  Raises ``LeaseLost`` if the lease is not
-        current.
+        Exactly ``nack(lease, delay)`` (the delivery ends; ``delay == 0``
+        frees the message now, ``delay > 0`` parks it; same checks, clock
+        reading, round-robin position and wake-ups), then the message's
+        attempt count goes back to ``lease.attempt - 1``: its next delivery
+        carries the same ``attempt`` as this one.  The released lease is
+        never current again.  Raises ``LeaseLost`` if the lease is not current.
         """
         self._give_back(lease, delay, 0)
 
@@ -673,9 +681,12 @@ cdef class InMemoryTransport:
         )
 
     def stats(self) -> TransportStats:
-        """Counts now: messages held, groups, live leases, parked messages.
+        """Counts now: messages held, groups, live leases, parked messages,
+        paused and buried groups, scheduled messages.
 
-        Expired leases and parks (``expires_at < now``) count as neither.
+        Expired leases and parks (``expires_at < now``) count as neither;
+        ``scheduled`` counts the messages published with a delay whose
+        ``due >= now``, wherever they stand in their group.
         """
         cdef double now = self._now()
         cdef int64_t messages, groups, leased, parked, paused, buried, scheduled
@@ -746,7 +757,9 @@ cdef class InMemoryTransport:
         """Lift a pause and a bury, and end a park; ``True`` if any was there.
 
         A parked or buried message is claimable at once, its attempt count
-        unchanged (its next delivery is ``attempt + 1``).
+        unchanged (its next delivery is ``attempt + 1``).  A schedule stays:
+        a group whose head is only scheduled returns ``False``.
+
         ``resume`` reads no clock: a park whose time ran out is still a park
         until an operation that reads the clock has seen it expire.  The
         group keeps its round-robin position; a group left without messages
@@ -849,9 +862,11 @@ cdef class InMemoryTransport:
         """What group ``group_id`` is doing now, or ``None`` if there is no such group.
 
         Reads the clock and applies expiry first, as ``stats`` does, so the
-        state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
-        message's lease or park has not expired (paused or not), else
-        ``"buried"`` (``reason`` says why), ``"paused"`` or ``"ready"``.
+        state is as of ``now``: ``"buried"`` (``reason`` says why), else
+        ``"leased"`` or ``"parked"`` while the head message's lease or park
+        has not expired (paused or not), else ``"paused"``, ``"scheduled"``
+        (the head was published with a delay and is not due: ``due_at``, also
+        reported while paused) or ``"ready"``.
         """
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef Py_hash_t h = hash(gid)
@@ -1036,17 +1051,17 @@ cdef class InMemoryTransport:
         return skipped
 
     def retry(self, group_id: str) -> bool:
-        """The operator's "run it again from scratch": ``True`` if it did.
+        """The operator's "run it again from scratch": ``True`` if done.
 
-        ``False``, and nothing changed, for an unknown group, a group holding
-        no message, or a head under a lease that has not expired.
-        Otherwise the head's attempt count goes back to 0 (its next
-        delivery is attempt 1), a bury is lifted, a park ends and an expired
-        lease's delivery is closed (that lease stops being current); a
-        pause, a schedule, the round-robin position and ``last_claimed_at``
-        stay.  The head is then claimable unless the group is paused or the
-        head is scheduled.  Reads the clock and applies expiry first, as
-        ``skip`` does.
+        Reads the clock and applies expiry first, as ``skip`` does.  Unless
+        the group is unknown, holds no message, or its head is under a lease
+        that has not expired (then ``False``, nothing changed): the head's
+        attempt count goes back to 0 (its next delivery is attempt 1), a
+        bury is lifted, a park ends, and an expired lease's delivery is
+        closed (that lease stops being current); a pause and a schedule
+        stay, and so do the round-robin position and ``last_claimed_at``.
+        The head is then claimable unless the group is paused or the head
+        is scheduled, and wakes a waiting claim.
         """
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef Py_hash_t h = hash(gid)
@@ -1084,9 +1099,11 @@ cdef class InMemoryTransport:
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The oldest ``max_count`` messages of group ``group_id``, head first.
 
-        Whatever their state (ready, leased, parked, paused, buried), as
-        ``Message(seq, event, attempt)`` with the event by reference and
-        ``attempt`` the deliveries so far; ``[]`` for an unknown group.
+        Whatever their state (ready, leased, parked, paused, buried,
+        scheduled), as ``Message(seq, event, attempt, due_at, key)`` with the
+        event by reference, ``attempt`` the deliveries so far, ``due_at`` the
+        due time it was published with (``None`` without a delay) and ``key``
+        its idempotency key (or ``None``); ``[]`` for an unknown group.
         ``max_count`` is an ``int >= 0``.  Reads no clock and changes
         nothing: O(1 + max_count).
         """
@@ -1163,12 +1180,13 @@ cdef class InMemoryTransport:
 
         Every item is checked before any is published (one bad item: its
         error, nothing published), then ``delay``; then they are published
-        in order, with consecutive seqs, under one lock, leaving the
-        transport exactly as publishing them one by one would.  Items must
-        be tuples.  An item whose key is held, or repeats the key of an
-        earlier item of the batch in the same group, publishes nothing and
-        gets the holder's seq.  ``delay`` schedules every message of the
-        batch, as ``publish``'s does.
+        in order under one lock, leaving the transport exactly as publishing
+        them one by one would (``publish(group_id, event, priority,
+        delay=delay, key=key)``, with one clock reading for the lot).  An
+        item whose key is held, or repeats the key of an earlier item of the
+        batch in the same group, publishes nothing and gets the holder's
+        seq; the new messages get consecutive seqs in item order.  Items
+        must be tuples.
         """
         cdef list batch = list(items)  # our own copy: its items are read under the lock
         cdef Py_ssize_t n = len(batch), i
