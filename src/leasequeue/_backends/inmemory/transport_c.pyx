@@ -1248,6 +1248,7 @@ cdef class InMemoryTransport:
                             now = self._time
                         else:
                             self._time = now
+                    rc = _NOMEM  # if it raises
                     try:
                         rc = self._publish_batch_marked(batch, &plan, kts, seen, d, now)
                     finally:
@@ -1628,7 +1629,7 @@ cdef class InMemoryTransport:
         cdef bint read = d > 0.0 or (k is not None and self._window > 0.0)
         cdef double now = 0.0, before
         cdef int64_t seq = 0
-        cdef int rc
+        cdef int rc = _NOMEM
         cdef Py_hash_t h
         if k is None and d == 0.0:
             return self.publish(gid, event, prio)  # exactly the publish of Part 1
@@ -1645,9 +1646,11 @@ cdef class InMemoryTransport:
                     now = self._time
                 else:
                     self._time = now
-            rc = self._publish_marked(gid, h, event, prio, d, kt, now, &seq)
-            if rc != _OK and rc != _HELD:
-                self._time = before  # a call that raises does not move the time
+            try:
+                rc = self._publish_marked(gid, h, event, prio, d, kt, now, &seq)
+            finally:
+                if rc != _OK and rc != _HELD:
+                    self._time = before  # a call that raises does not move the time
         finally:
             lq_unlock(&self._lock)
         if rc == _HELD:
