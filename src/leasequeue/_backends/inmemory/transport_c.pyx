@@ -2148,7 +2148,7 @@ cdef class InMemoryTransport:
         self._ack_slot(slot, spent, kept)  # the caller made expiry room when marks exist
         return 1
 
-    cdef int _ack_slot(self, int32_t slot, PyObject **spent, Py_ssize_t *kept) noexcept:
+    cdef inline int _ack_slot(self, int32_t slot, PyObject **spent, Py_ssize_t *kept) noexcept:
         """Ack the head of group ``slot`` (its delivery current): as
         ``_ack_current``.  A result code: _NOMEM (nothing changed) when a
         scheduled next head could need an expiry entry there is no room for."""
@@ -2171,7 +2171,7 @@ cdef class InMemoryTransport:
                     &self._groups, self._group_ids, &self._ids, &self._ready, &self._expiry, slot,
                 )
                 kept[0] += 1
-        elif self._settle(slot, self._time):
+        elif g.marks & _M_DUE and self._settle(slot, self._time):
             pass  # its next message is scheduled
         elif not ready_contains(&self._ready, slot) and not g.paused:
             self._make_ready(slot)
