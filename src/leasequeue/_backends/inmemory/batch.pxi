@@ -1,4 +1,4 @@
-# The plan of a ``publish_many`` batch (included by _inmemory_c.pyx, after
+# The plan of a ``publish_many`` batch (included by transport_c.pyx, after
 # the storage).
 #
 # A batch must allocate everything it will need before it publishes
@@ -38,6 +38,13 @@ ctypedef struct BatchPlan:
     size_t mask          # both tables' size - 1 (a power of two, at least twice the items)
     int32_t groups       # new groups
     int32_t levels       # entries of new_prio / new_count
+    # Part 5 (only a batch with a delay or keys): by item, whether it
+    # publishes nothing (its key is held, or an earlier item of the batch
+    # has it: ``item_seq`` is then the holder's seq, or -1 - the earlier
+    # item), and the seq it gets.
+    uint8_t *item_skip   # NULL: every item is published
+    int64_t *item_seq
+    int32_t skipped      # items skipped
 
 
 cdef inline void plan_init(BatchPlan *plan) noexcept:
@@ -54,6 +61,8 @@ cdef void plan_free(BatchPlan *plan) noexcept:
     PyMem_Free(plan.new_prio)
     PyMem_Free(plan.new_count)
     PyMem_Free(plan.prio_table)
+    PyMem_Free(plan.item_skip)
+    PyMem_Free(plan.item_seq)
     plan_init(plan)
 
 
@@ -80,6 +89,18 @@ cdef int plan_alloc(BatchPlan *plan, Py_ssize_t items) noexcept:
         return _NOMEM
     memset(plan.group_table, 0xFF, size * sizeof(int32_t))  # -1: empty
     memset(plan.prio_table, 0xFF, size * sizeof(int32_t))
+    return _OK
+
+
+cdef int plan_alloc_marked(BatchPlan *plan, Py_ssize_t items) noexcept:
+    """The arrays of a batch with a delay or keys (none skipped yet); a
+    result code."""
+    cdef size_t n = <size_t>items
+    plan.item_skip = <uint8_t *>PyMem_Malloc(n)
+    plan.item_seq = <int64_t *>PyMem_Malloc(n * sizeof(int64_t))
+    if plan.item_skip == NULL or plan.item_seq == NULL:
+        return _NOMEM
+    memset(plan.item_skip, 0, n)
     return _OK
 
 

@@ -1,4 +1,4 @@
-# The expiry heap of the Cython transport (included by _inmemory_c.pyx).
+# The expiry heap of the Cython transport (included by transport_c.pyx).
 #
 # Every locked group (leased or parked) with a finite expiry has one entry,
 # (expires_at, group slot), in an indexed binary min-heap: ``pos`` maps a

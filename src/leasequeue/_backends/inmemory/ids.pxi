@@ -1,4 +1,4 @@
-# The group-id table of the Cython transport (included by _inmemory_c.pyx).
+# The group-id table of the Cython transport (included by transport_c.pyx).
 #
 # Group id -> group slot: open addressing with linear probing, kept at most
 # half full.  An entry is 8 bytes, (slot, low 32 bits of the id's hash),
@@ -14,7 +14,7 @@
 # ids_renumber (the group array was compacted: rehash every entry).
 
 
-cdef struct Group        # a group's record (_inmemory_storage.pxi): ``gid`` is its id
+cdef struct Group        # a group's record (storage.pxi): ``gid`` is its id
 
 
 ctypedef struct IdEntry:

@@ -1,8 +1,10 @@
-# The Lease class of the Cython transport (included by _inmemory_c.pyx): the
+# The Lease class of the Cython transport (included by transport_c.pyx): the
 # value a claim hands out, and ``_issue``, which stamps one with the issuing
-# transport's token and the group slot it was issued for (so ``ack`` finds
-# the group without a lookup).  The pure twin's counterpart is the top of
-# ``_inmemory_py`` (``Lease``, ``_issue``, ``_lost_message``).
+# transport's token, the group slot it was issued for (so ``ack`` finds the
+# group without a lookup) and the number of its delivery (the claim number
+# of the claim that made it: fencing by delivery, docs/decisions.md).  The
+# pure twin's counterpart is the top of ``transport_py`` (``Lease``,
+# ``_issue``, ``_lost_message``).
 
 
 @cython.final
@@ -36,9 +38,12 @@ cdef class Lease:
     cdef int64_t _cattempt
     cdef double _cexpires_at
     cdef int32_t _slot
-    # The number of the delivery a durable backend's lease names (see
-    # ``_durable_lease``); None on a lease built by hand.
-    cdef object _dlv
+    # The lease names a delivery (a durable backend's, see ``_durable_lease``)
+    # though it has no owner; an issued lease always names one.
+    cdef uint8_t _named
+    # The number of the delivery it names: the claim number of the claim
+    # that made it (an issued lease), or the durable store's (``_named``).
+    cdef int64_t _cdelivery
 
     def __init__(
         self,
@@ -59,7 +64,10 @@ cdef class Lease:
 
     @property
     def _delivery(self):
-        return self._dlv
+        """The number of the delivery this lease names, or None (built by hand)."""
+        if self._owner is not None or self._named:
+            return self._cdelivery
+        return None
 
     @property
     def seq(self):
@@ -127,9 +135,10 @@ cdef class Lease:
 
 cdef inline Lease _issue(
     int64_t seq, object group_id, object event, object worker_id,
-    double expires_at, int64_t attempt, object owner, int32_t slot,
+    double expires_at, int64_t attempt, object owner, int32_t slot, int64_t delivery,
 ):
-    """Build a lease stamped with its transport's owner token."""
+    """Build a lease stamped with its transport's owner token, naming
+    delivery ``delivery``."""
     cdef Lease lease = Lease.__new__(Lease)
     lease.group_id = group_id
     lease.event = event
@@ -139,6 +148,7 @@ cdef inline Lease _issue(
     lease._cexpires_at = expires_at
     lease._cattempt = attempt
     lease._slot = slot
+    lease._cdelivery = delivery
     return lease
 
 
@@ -146,7 +156,9 @@ def _durable_lease(seq, group_id, event, worker_id, expires_at, attempt, deliver
     """A lease with no owner token (as the public constructor builds it: the
     durable backends accept it by its fields) naming delivery ``delivery``."""
     cdef Lease lease = Lease(seq, group_id, event, worker_id, expires_at, attempt)
-    lease._dlv = delivery
+    if delivery is not None:
+        lease._cdelivery = delivery  # an int (durable stores number deliveries in 64 bits)
+        lease._named = 1
     return lease
 
 
@@ -165,4 +177,5 @@ ctypedef struct Claimed:
     PyObject *event
     int64_t seq
     int64_t attempt
+    int64_t delivery
     int32_t slot

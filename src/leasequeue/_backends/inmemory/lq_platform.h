@@ -1,4 +1,4 @@
-/* Platform pieces shared by the transport (_inmemory_c.pyx) and the
+/* Platform pieces shared by the transport (transport_c.pyx) and the
    benchmark's floor stub (_floor.pyx): one definition, so the floor pays
    exactly the transport's clock read and lock, never a drifted copy. */
 #ifndef LEASEQUEUE_LQ_PLATFORM_H

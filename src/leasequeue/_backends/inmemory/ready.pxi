@@ -1,5 +1,5 @@
 # The ready heaps and the level treap of the Cython transport (included by
-# _inmemory_c.pyx).
+# transport_c.pyx).
 #
 # A group is ready when it holds messages and nothing of it is leased or
 # parked.  Each distinct priority is a ``Level`` with an indexed 4-ary

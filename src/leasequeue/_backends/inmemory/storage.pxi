@@ -1,5 +1,5 @@
 # Message and group storage of the Cython transport (included by
-# _inmemory_c.pyx, after the structures that index into it).
+# transport_c.pyx, after the structures that index into it).
 #
 # Records live in C arrays addressed by slot, unused slots chained in a
 # free list:
@@ -28,7 +28,9 @@
 # transport's ``_current`` finds a moved group again by its id.
 #
 # The pure twin keeps a ``_Group`` object per group, its messages in a list
-# on it; ``groups_forget`` is its ``InMemoryTransport._forget``.
+# on it; ``groups_forget`` is its ``InMemoryTransport._forget``.  What Part 5
+# adds to some messages (a due time, a key) is in the mark table
+# (marks.pxi), not in these records.
 #
 # Functions: messages_grow, messages_reserve, message_add, messages_sparse /
 # messages_compact; groups_grow, groups_reserve, groups_add, group_append,
@@ -36,7 +38,7 @@
 # groups_forget / groups_forget_ref, groups_compact.
 
 
-cdef struct Group:       # forward-declared in _inmemory_ids.pxi
+cdef struct Group:       # forward-declared in ids.pxi
     PyObject *gid        # the group id (borrowed: the transport's _group_ids owns it)
     int64_t key          # round-robin key
     int64_t attempt      # deliveries of the head message so far
@@ -46,9 +48,10 @@ cdef struct Group:       # forward-declared in _inmemory_ids.pxi
     int32_t tail         # newest message slot
     int32_t count        # messages held; 0 = slot unused
     int32_t level        # priority level (treap node)
-    uint8_t lock         # _FREE / _LEASED / _PARKED
+    uint8_t lock         # _FREE / _LEASED / _PARKED / _SCHED
     uint8_t open         # the head's latest delivery is still current
     uint8_t paused       # by pause(): never made ready while set
+    uint8_t marks        # _M_DUE / _M_KEY: a message of it may be in the mark table (marks.pxi)
 
 
 # One message: its seq and the next message of its group (or the free-list
@@ -90,6 +93,7 @@ ctypedef struct GroupView:
     int64_t attempt
     double expires_at
     double claimed_at
+    double due_at        # the head's due while it is scheduled (lock == _SCHED)
     int32_t messages
     uint8_t lock
     uint8_t paused
@@ -397,6 +401,7 @@ cdef void group_view(const GroupStore *gs, const MessageStore *ms, const ReadySe
     view.head_seq = ms.at[g.head].seq if g.count else 0
     view.attempt = g.attempt
     view.expires_at = g.expires_at
+    view.due_at = g.expires_at  # read only when lock == _SCHED: the due is its end
     view.claimed_at = g.claimed_at
     view.messages = g.count
     view.lock = g.lock

@@ -1,39 +1,39 @@
 # cython: language_level=3, embedsignature=False, annotation_typing=False
 # cython: freethreading_compatible=True
-"""Cython ``InMemoryTransport``: the compiled twin of ``_inmemory_py``.
+"""Cython ``InMemoryTransport``: the compiled twin of ``transport_py``.
 
-Same contract (``SPEC.md``, ``docs/decisions.md``), same names, signatures,
+Same contract (``docs/contract.md``, ``docs/decisions.md``), same names, signatures,
 docstrings and error messages as the pure module; the algorithm is explained
 there.  Here the same structures live in C arrays, each in a file of its
 own (included below, in the order of the pure module's sections):
 
-* groups (``_inmemory_storage.pxi``): an array of 64-byte ``Group`` structs
+* groups (``storage.pxi``): an array of 64-byte ``Group`` structs
   (the fields a claim touches together); freed slots are chained in a free
   list.  A buried group (``bury``) is one with a reason in the array of
   reasons by slot: like a paused group, it is just not in the ready heaps,
   so publish, claim and ack never look at it.  A group id finds its slot through an open-addressing table of
   (slot, 32 bits of the id's hash) pairs, 8 bytes an entry
-  (``_inmemory_ids.pxi``); the group keeps a borrowed pointer to its id,
+  (``ids.pxi``); the group keeps a borrowed pointer to its id,
   whose reference a list by slot owns.  Only a group's head message can be
   leased or parked, so lock state lives on the group, with its pause.  A
   paused group may hold no message (a slot is in use while its id is set).
   Beside the records, by slot: the worker of the group's latest claim (for
   ``group()``) and a doubly linked list of the groups in creation order
   (for ``groups()``).
-* messages (``_inmemory_storage.pxi``): an array of packed 12-byte
+* messages (``storage.pxi``): an array of packed 12-byte
   ``Message`` records (``seq`` and ``next``: a singly linked FIFO per
   group), events in a ``list`` indexed by the same slot so the garbage
   collector sees them.
-* ready groups (``_inmemory_ready.pxi``): an indexed 4-ary heap per priority
+* ready groups (``ready.pxi``): an indexed 4-ary heap per priority
   level, keyed by the round-robin key; the levels form a treap whose nodes
   know the smallest ready key of their subtree (claim with a priority floor
   is one walk).
-* locked groups with a finite expiry (``_inmemory_expiry.pxi``): an indexed
+* locked groups with a finite expiry (``expiry.pxi``): an indexed
   min-heap keyed by expiry.
-* waiting claims (``_inmemory_waiters.pxi``): a FIFO of waiter records per
-  priority floor; the sleeping and waking is ``_waiting.py``, shared with
+* waiting claims (``waiters.pxi``): a FIFO of waiter records per
+  priority floor; the sleeping and waking is ``waiting.py``, shared with
   the pure twin.
-* a ``publish_many`` batch (``_inmemory_batch.pxi``): what it works out
+* a ``publish_many`` batch (``batch.pxi``): what it works out
   before publishing anything (its new groups, and how many per priority).
 
 Each structure is a C struct the transport holds, with ``cdef ...
@@ -71,11 +71,14 @@ to acked and purged events are dropped after it.
 """
 
 cimport cython
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
+from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
+from cpython.exc cimport PyErr_Clear
+from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memmove, memset
@@ -94,6 +97,7 @@ __all__ = ["PARKED", "InMemoryTransport", "Lease", "TransportStats"]
 cdef str _PARKED_STR = PARKED
 cdef object _time_time = time.time
 cdef double _INF = float("inf")
+cdef double _NAN = float("nan")
 
 
 cdef extern from "lq_build.h":
@@ -188,12 +192,14 @@ cdef enum:
     _FREE = 0  # not locked (possibly an expired lease whose delivery is still open)
     _LEASED = 1
     _PARKED = 2
+    _SCHED = 3  # the head is scheduled, not due: like a park with no holder, ending at its due
 
 # Result codes of the locked sections (exceptions are raised after unlock).
 cdef enum:
     _OK = 0
     _NOMEM = 2
     _FULL = 3
+    _HELD = 4  # a publish whose key is held: nothing published
 
 # Storage shrinks (compacting live entries to the front) when less than a
 # quarter of it is in use, down to these sizes.
@@ -214,6 +220,7 @@ include "validation.pxi"     # argument checks
 include "ids.pxi"            # IdTable: group id -> group slot
 include "ready.pxi"          # ReadySet: a heap of ready groups per level, the level treap
 include "expiry.pxi"         # ExpiryHeap: locked groups by expiry
+include "marks.pxi"          # MarkTable, SchedHeap, KeyRing: due times and keys of the messages that have them
 include "storage.pxi"        # MessageStore, GroupStore: the records, grow, forget, compact
 include "waiters.pxi"        # _Waiter, WaiterQueues: the waiting claims (THE ENTRY POINT: see there)
 include "batch.pxi"          # BatchPlan: what publish_many works out before the lock
@@ -240,9 +247,9 @@ cdef object _group_info(const GroupView *view):
         state = "parked"
         worker = _PARKED_STR
     else:
-        state = "paused" if view.paused else "ready"
+        state = "paused" if view.paused else ("scheduled" if view.lock == _SCHED else "ready")
         worker = None
-    if view.lock != _FREE:
+    if view.lock == _LEASED or view.lock == _PARKED:
         expires_at = view.expires_at
         attempt = view.attempt
     info = lq_new_record(GroupInfo, 12)
@@ -257,7 +264,7 @@ cdef object _group_info(const GroupView *view):
     _put(info, 8, attempt)
     _put(info, 9, view.claimed_at if view.claimed else None)
     _put(info, 10, reason)
-    _put(info, 11, None)  # TODO(part 5): due_at
+    _put(info, 11, view.due_at if view.lock == _SCHED else None)
     return info
 
 
@@ -279,8 +286,10 @@ cdef class InMemoryTransport:
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``,
     ``claim_many``, ``ack_and_claim``, ``extend``, ``stats``, ``group``,
-    ``groups``, ``skip`` and ``nack(delay > 0)`` (and by ``publish``,
-    ``ack``, ``nack(0)``, ``resume``, ``set_priority``, ``publish_many`` and
+    ``groups``, ``skip``, ``retry``, ``nack(delay > 0)``, ``release(delay >
+    0)``, and ``publish`` / ``publish_many`` with ``delay > 0`` or with a key
+    and ``dedup_window > 0`` (and by ``publish``, ``ack``, ``nack(0)``,
+    ``release(0)``, ``resume``, ``set_priority``, ``publish_many`` and
     ``ack_many`` while a claim waits for work), never while the transport's lock is held.  The
     transport's time never runs backwards: an operation whose clock reading
     is older than a time an earlier operation used (a racing thread, or a
@@ -289,6 +298,10 @@ cdef class InMemoryTransport:
 
     ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
     asyncio event loop; ``close()`` ends every wait.
+
+    ``dedup_window`` (seconds, default ``0.0``; ``+inf`` accepted) is how
+    long an idempotency key stays held after the publish that stored it,
+    once its message has left (see ``publish``).
     """
 
     cdef lq_mutex _lock
@@ -297,7 +310,7 @@ cdef class InMemoryTransport:
     cdef bint _wall_clock           # clock is time.time: read it in C
     cdef object _owner              # stamped on every lease this transport issues
 
-    # messages and groups by slot (_inmemory_storage.pxi), and the objects
+    # messages and groups by slot (storage.pxi), and the objects
     # they refer to in lists by the same slots, so the garbage collector
     # sees them: len(_events) >= _messages.cap, len(_group_ids) >= _groups.cap
     cdef MessageStore _messages
@@ -305,14 +318,24 @@ cdef class InMemoryTransport:
     cdef list _events               # message slot -> event (None when unused)
     cdef list _group_ids            # group slot -> group id (None when unused)
 
-    # group id -> group slot (_inmemory_ids.pxi)
+    # group id -> group slot (ids.pxi)
     cdef IdTable _ids
 
-    # ready groups by priority level, and the treap of levels (_inmemory_ready.pxi)
+    # ready groups by priority level, and the treap of levels (ready.pxi)
     cdef ReadySet _ready
 
-    # locked groups with a finite expiry (_inmemory_expiry.pxi)
+    # locked groups with a finite expiry (expiry.pxi)
     cdef ExpiryHeap _expiry
+
+    # due times and keys of the messages that have them (marks.pxi)
+    cdef MarkTable _marks
+    cdef SchedHeap _sched           # (due, seq) of delayed messages, for stats().scheduled
+    cdef KeyRing _ring              # keyed publishes in order, while _window > 0
+    cdef int64_t _scheduled         # held messages whose due >= _sched_at
+    cdef double _sched_at           # the now of the latest sweep of _sched (-inf before)
+    cdef double _window             # dedup_window
+    cdef dict _keys                 # (group_id, key) -> seq of the message that stored it
+    cdef dict _key_at               # (group_id, key) -> the now of that publish (_window > 0)
 
     cdef double _time               # the latest ``now`` an operation used
     cdef int64_t _seq
@@ -323,12 +346,12 @@ cdef class InMemoryTransport:
     cdef int64_t _idle              # groups holding no message (each one paused)
     cdef int64_t _buried            # groups buried
 
-    # waiting claims (_inmemory_waiters.pxi)
+    # waiting claims (waiters.pxi)
     cdef WaiterQueues _wq           # the queued records; _wq.count: anyone waiting?
     cdef object _chain              # records promised a wake, detached and woken after the lock
     cdef double _timer_at           # clock time the expiry timer is armed for
     cdef bint _poke                 # the timer must be poked after the lock is released
-    cdef public object _timer       # the expiry timer (_waiting.py), started on first use
+    cdef public object _timer       # the expiry timer (waiting.py), started on first use
     cdef readonly bint _closed
     cdef int64_t _wakeups[2]        # wakes promised: hand-offs, close (for tests)
 
@@ -338,6 +361,12 @@ cdef class InMemoryTransport:
         ids_init(&self._ids)
         ready_init(&self._ready)
         expiry_init(&self._expiry)
+        marks_init(&self._marks)
+        sched_init(&self._sched)
+        ring_init(&self._ring)
+        self._sched_at = -_INF
+        self._keys = {}
+        self._key_at = {}
         waiters_init(&self._wq)
         self._chain = None
         self._timer = None
@@ -353,55 +382,43 @@ cdef class InMemoryTransport:
         ids_free(&self._ids)
         ready_free(&self._ready)
         expiry_free(&self._expiry)
+        marks_free(&self._marks)
+        sched_free(&self._sched)
+        ring_free(&self._ring)
         waiters_free(&self._wq)
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, *, dedup_window: float = 0.0) -> None:
         if not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self._window = _check_duration(dedup_window, "dedup_window")
         self._clock = clock
         self._wall_clock = LQ_HAVE_WALL_TIME and clock is _time_time
 
     # -------------------------------------------------------------- public
 
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+    def publish(
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None
+    ) -> int:
         """Append ``event`` to group ``group_id``; return its sequence number.
 
         Sequence numbers are 1, 2, 3, ... and never reused.  ``priority`` is
         taken when the group is created (its first message, or the first after
         it was emptied) and ignored otherwise.
+
+        ``delay > 0`` schedules the message until ``due = now + delay``: it is
+        not delivered while ``due >= now``, and while it is its group's oldest
+        message and not due its group waits behind it (FIFO holds).  ``key``
+        (a ``str``, scoped to the group) makes the publish idempotent: while
+        the key is held (its message is in the transport, or was published
+        less than ``dedup_window`` seconds ago), a publish with it publishes
+        nothing and returns the holder's seq.  The clock is read once when
+        ``delay > 0``, or with a key and ``dedup_window > 0``.
         """
-        cdef str gid
-        cdef int64_t prio
-        cdef int64_t seq = 0
-        cdef int rc
-        cdef Py_hash_t h
-        cdef int32_t slot, m
-        if type(group_id) is str:
-            gid = <str>group_id
-        else:
-            gid = _check_id(group_id, "group_id")
-        prio = _priority(priority, "priority")
-        h = hash(gid)  # exact str: no user code
-        lq_lock(&self._lock)
-        try:
-            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
-            if slot >= 0 and self._messages.free >= 0 and self._groups.at[slot].count:
-                # Fast path: an existing group with messages, a free message slot.
-                self._seq = seq = self._seq + 1
-                m = message_add(&self._messages, self._events, seq, event)
-                group_append(&self._messages, &self._groups.at[slot], m)
-                rc = _OK
-            else:
-                rc = self._publish_slow(gid, h, event, prio, slot, &seq)
-        finally:
-            lq_unlock(&self._lock)
-        if self._wq.count:
-            self._serve_waiters(0.0, 0)
-        if rc != _OK:
-            if rc == _FULL:
-                raise OverflowError("the transport is full: too many messages or groups")
-            raise MemoryError()
-        return seq
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef int64_t prio = _priority(priority, "priority")
+        if delay is not 0.0 or key is not None:
+            return self._publish_ext(gid, event, prio, delay, key)
+        return _publish_plain(self, gid, event, priority)
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
@@ -428,7 +445,7 @@ cdef class InMemoryTransport:
         cdef double vis, now, wait, expires_at = 0.0
         cdef int64_t minp
         cdef int32_t lv = -1, slot = -1, head
-        cdef int64_t seq = 0, attempt = 0
+        cdef int64_t seq = 0, attempt = 0, delivery = 0
         cdef Group *g
         cdef object gid = None, event = None
         if type(worker_id) is str and not (<str>worker_id == _PARKED_STR):
@@ -464,7 +481,8 @@ cdef class InMemoryTransport:
                 slot = ready_pop(&self._ready, lv)
                 g = &self._groups.at[slot]
                 self._claims += 1
-                g.key = self._claims
+                delivery = self._claims
+                g.key = delivery
                 g.claimed_at = now
                 g.attempt += 1
                 attempt = g.attempt
@@ -488,7 +506,7 @@ cdef class InMemoryTransport:
             if lv == -2:
                 raise MemoryError()
             return None
-        return _issue(seq, gid, event, wid, expires_at, attempt, self._owner, slot)
+        return _issue(seq, gid, event, wid, expires_at, attempt, self._owner, slot, delivery)
 
     def ack(self, lease: Lease) -> None:
         """Done: remove the leased message; its group may serve its next one.
@@ -501,30 +519,41 @@ cdef class InMemoryTransport:
         cdef Group *g
         cdef object spent = None      # dropped after the lock is released
         cdef object spent_id = None
+        cdef PyObject *refs[2]        # the same, from a marked group (_ack_slot)
+        cdef Py_ssize_t kept = 0, i
         _check_lease(lease)
         lq_lock(&self._lock)
         try:
             slot = self._current(<Lease>lease)
             if slot >= 0:
                 g = &self._groups.at[slot]
-                if g.lock != _FREE:
-                    self._unlock(slot)
-                g.open = 0
-                g.attempt = 0
-                spent = group_shift(&self._messages, self._events, g)
-                if g.count == 0:
-                    if g.paused:
-                        self._idle += 1  # a paused group is kept, empty
-                    else:
-                        spent_id = self._forget(slot)
-                elif not ready_contains(&self._ready, slot) and not g.paused:
-                    self._make_ready(slot)
+                if g.marks:  # a due time or a key in the group (marks.pxi)
+                    if self._ack_slot(slot, refs, &kept) != _OK:
+                        slot = -2  # MemoryError, nothing changed
+                else:
+                    if g.lock != _FREE:
+                        self._unlock(slot)
+                    g.open = 0
+                    g.attempt = 0
+                    spent = group_shift(&self._messages, self._events, g)
+                    if g.count == 0:
+                        if g.paused:
+                            self._idle += 1  # a paused group is kept, empty
+                        else:
+                            spent_id = self._forget(slot)
+                    elif not ready_contains(&self._ready, slot) and not g.paused:
+                        self._make_ready(slot)
                 if messages_sparse(&self._messages):
                     self._compact_messages()
         finally:
             lq_unlock(&self._lock)
         if slot < 0:
+            if slot == -2:
+                raise MemoryError()
             raise LeaseLost(_lost_message(<Lease>lease))
+        if kept:
+            for i in range(kept):
+                Py_XDECREF(refs[i])  # the event's __del__ may run here, outside the lock
         if self._wq.count:
             spent = None  # the event's __del__ may run here, outside the lock
             self._serve_waiters(0.0, 0)
@@ -538,6 +567,22 @@ cdef class InMemoryTransport:
         parked it blocks its whole group.  The group keeps its round-robin
         position.  Raises ``LeaseLost`` if the lease is not current.
         """
+        self._give_back(lease, delay, 1)
+
+    def release(self, lease: Lease, delay: float = 0.0) -> None:
+        """Hand a delivery back without counting it: ``nack`` that does not spend an attempt.
+
+        Exactly ``nack(lease, delay)`` (the delivery ends; ``delay == 0``
+        frees the message now, ``delay > 0`` parks it; same checks, clock
+        reading, round-robin position and wake-ups), then the message's
+        attempt count goes back to ``lease.attempt - 1``: its next delivery
+        carries the same ``attempt`` as this one.  The released lease is
+        never current again.  Raises ``LeaseLost`` if the lease is not current.
+        """
+        self._give_back(lease, delay, 0)
+
+    cdef int _give_back(self, object lease, object delay, bint counted) except -1:
+        """``nack`` (``counted``) or ``release``."""
         cdef double d, now = 0.0, expires_at
         cdef int32_t slot
         cdef Group *g
@@ -560,6 +605,8 @@ cdef class InMemoryTransport:
                 if g.lock != _FREE:
                     self._unlock(slot)
                 g.open = 0
+                if not counted:  # release: this delivery does not count
+                    g.attempt = (<Lease>lease)._cattempt - 1
                 if d == 0.0:
                     if not ready_contains(&self._ready, slot) and not g.paused:
                         self._make_ready(slot)
@@ -580,6 +627,7 @@ cdef class InMemoryTransport:
             raise LeaseLost(_lost_message(<Lease>lease))
         if self._wq.count:
             self._serve_waiters(now, d > 0.0)
+        return 0
 
     def extend(self, lease: Lease, visibility: float) -> Lease:
         """Heartbeat: lease the same message again until ``now + visibility``.
@@ -629,16 +677,19 @@ cdef class InMemoryTransport:
             self._serve_waiters(now, 1)
         return _issue(
             old._cseq, old.group_id, old.event, old.worker_id, expires_at,
-            old._cattempt, self._owner, slot,
+            old._cattempt, self._owner, slot, old._cdelivery,
         )
 
     def stats(self) -> TransportStats:
-        """Counts now: messages held, groups, live leases, parked messages.
+        """Counts now: messages held, groups, live leases, parked messages,
+        paused and buried groups, scheduled messages.
 
-        Expired leases and parks (``expires_at < now``) count as neither.
+        Expired leases and parks (``expires_at < now``) count as neither;
+        ``scheduled`` counts the messages published with a delay whose
+        ``due >= now``, wherever they stand in their group.
         """
         cdef double now = self._now()
-        cdef int64_t messages, groups, leased, parked, paused, buried
+        cdef int64_t messages, groups, leased, parked, paused, buried, scheduled
         lq_lock(&self._lock)
         try:
             if now < self._time:
@@ -647,6 +698,9 @@ cdef class InMemoryTransport:
                 self._time = now
             if expiry_due(&self._expiry, now):
                 self._expire(now)
+            if self._sched.size and self._sched.entries[0].due < now:
+                self._sweep_scheduled(now)
+            scheduled = self._scheduled
             messages = self._messages.used
             groups = self._groups.used - self._idle
             leased = self._leased
@@ -657,7 +711,7 @@ cdef class InMemoryTransport:
             lq_unlock(&self._lock)
         if self._wq.count:
             self._serve_waiters(now, 1)
-        return TransportStats(messages, groups, leased, parked, paused, buried)
+        return TransportStats(messages, groups, leased, parked, paused, buried, scheduled)
 
     # -------------------------------------------------------- control plane
 
@@ -703,7 +757,9 @@ cdef class InMemoryTransport:
         """Lift a pause and a bury, and end a park; ``True`` if any was there.
 
         A parked or buried message is claimable at once, its attempt count
-        unchanged (its next delivery is ``attempt + 1``).
+        unchanged (its next delivery is ``attempt + 1``).  A schedule stays:
+        a group whose head is only scheduled returns ``False``.
+
         ``resume`` reads no clock: a park whose time ran out is still a park
         until an operation that reads the clock has seen it expire.  The
         group keeps its round-robin position; a group left without messages
@@ -806,9 +862,11 @@ cdef class InMemoryTransport:
         """What group ``group_id`` is doing now, or ``None`` if there is no such group.
 
         Reads the clock and applies expiry first, as ``stats`` does, so the
-        state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
-        message's lease or park has not expired (paused or not), else
-        ``"buried"`` (``reason`` says why), ``"paused"`` or ``"ready"``.
+        state is as of ``now``: ``"buried"`` (``reason`` says why), else
+        ``"leased"`` or ``"parked"`` while the head message's lease or park
+        has not expired (paused or not), else ``"paused"``, ``"scheduled"``
+        (the head was published with a delay and is not due: ``due_at``, also
+        reported while paused) or ``"ready"``.
         """
         cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
         cdef Py_hash_t h = hash(gid)
@@ -946,6 +1004,9 @@ cdef class InMemoryTransport:
         cdef object spent_id = None
         lq_lock(&self._lock)
         try:
+            # a scheduled next head takes an expiry entry: room first (a MemoryError changes nothing)
+            if self._marks.used and expiry_make_room(&self._expiry) != _OK:
+                raise MemoryError()
             if now < self._time:
                 now = self._time
             else:
@@ -958,11 +1019,13 @@ cdef class InMemoryTransport:
                 skipped = 1
                 g = &self._groups.at[slot]
                 if g.lock != _FREE:
-                    self._unlock(slot)  # a park ends with its message
+                    self._unlock(slot)  # a park (or a schedule) ends with its message
                 g.open = 0
                 g.attempt = 0
                 if self._groups.reason[slot] != NULL:
                     self._unbury(slot)
+                if g.marks:
+                    self._leave(self._messages.at[g.head].seq)
                 spent = group_shift(&self._messages, self._events, g)
                 if g.count == 0:
                     if g.paused:
@@ -974,7 +1037,9 @@ cdef class InMemoryTransport:
                         if ready_contains(&self._ready, slot):
                             self._unready(slot)
                         g.key = self._messages.at[g.head].seq - _NEVER_CLAIMED
-                    if not ready_contains(&self._ready, slot) and not g.paused:
+                    if self._settle(slot, now):
+                        pass  # its next message is scheduled
+                    elif not ready_contains(&self._ready, slot) and not g.paused:
                         self._make_ready(slot)
                 if messages_sparse(&self._messages):
                     self._compact_messages()
@@ -985,12 +1050,60 @@ cdef class InMemoryTransport:
             self._serve_waiters(now, 1)
         return skipped
 
+    def retry(self, group_id: str) -> bool:
+        """The operator's "run it again from scratch": ``True`` if done.
+
+        Reads the clock and applies expiry first, as ``skip`` does.  Unless
+        the group is unknown, holds no message, or its head is under a lease
+        that has not expired (then ``False``, nothing changed): the head's
+        attempt count goes back to 0 (its next delivery is attempt 1), a
+        bury is lifted, a park ends, and an expired lease's delivery is
+        closed (that lease stops being current); a pause and a schedule
+        stay, and so do the round-robin position and ``last_claimed_at``.
+        The head is then claimable unless the group is paused or the head
+        is scheduled, and wakes a waiting claim.
+        """
+        cdef str gid = group_id if type(group_id) is str else _check_id(group_id, "group_id")
+        cdef Py_hash_t h = hash(gid)
+        cdef double now = self._read_clock()
+        cdef int32_t slot
+        cdef bint retried = 0
+        cdef Group *g
+        lq_lock(&self._lock)
+        try:
+            if now < self._time:
+                now = self._time
+            else:
+                self._time = now
+            if expiry_due(&self._expiry, now):
+                self._expire(now)
+            slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+            # after expiry a lock still set is live: a lease holds the head
+            if slot >= 0 and self._groups.at[slot].count and self._groups.at[slot].lock != _LEASED:
+                retried = 1
+                g = &self._groups.at[slot]
+                if g.lock == _PARKED:
+                    self._unlock(slot)  # the park ends
+                g.open = 0  # an expired lease's delivery is closed
+                g.attempt = 0
+                if self._groups.reason[slot] != NULL:
+                    self._unbury(slot)
+                if g.lock == _FREE and not g.paused and not ready_contains(&self._ready, slot):
+                    self._make_ready(slot)
+        finally:
+            lq_unlock(&self._lock)
+        if self._wq.count:  # the head, and whatever expiry freed
+            self._serve_waiters(now, 1)
+        return retried
+
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The oldest ``max_count`` messages of group ``group_id``, head first.
 
-        Whatever their state (ready, leased, parked, paused, buried), as
-        ``Message(seq, event, attempt)`` with the event by reference and
-        ``attempt`` the deliveries so far; ``[]`` for an unknown group.
+        Whatever their state (ready, leased, parked, paused, buried,
+        scheduled), as ``Message(seq, event, attempt, due_at, key)`` with the
+        event by reference, ``attempt`` the deliveries so far, ``due_at`` the
+        due time it was published with (``None`` without a delay) and ``key``
+        its idempotency key (or ``None``); ``[]`` for an unknown group.
         ``max_count`` is an ``int >= 0``.  Reads no clock and changes
         nothing: O(1 + max_count).
         """
@@ -1001,6 +1114,9 @@ cdef class InMemoryTransport:
         cdef int64_t attempt = 0
         cdef int64_t *seqs = NULL
         cdef PyObject **events = NULL  # owned references, taken under the lock
+        cdef PyObject **keys = NULL    # the same (NULL: no key)
+        cdef double *dues = NULL       # NaN: published without delay
+        cdef MarkEntry *e
         cdef bint nomem = 0
         cdef list out
         cdef object message
@@ -1012,17 +1128,29 @@ cdef class InMemoryTransport:
                 if n > k:
                     n = <int32_t>k
             if n:
-                seqs = <int64_t *>PyMem_Malloc(<size_t>n * (sizeof(int64_t) + sizeof(PyObject *)))
+                seqs = <int64_t *>PyMem_Malloc(<size_t>n * (sizeof(int64_t) + 2 * sizeof(PyObject *) + sizeof(double)))
                 nomem = seqs == NULL
                 if nomem:
                     n = 0
                 else:
-                    events = <PyObject **>(seqs + n)
+                    dues = <double *>(seqs + n)
+                    events = <PyObject **>(dues + n)
+                    keys = events + n
                     attempt = self._groups.at[slot].attempt
                     m = self._groups.at[slot].head
                     for i in range(n):
                         seqs[i] = self._messages.at[m].seq
                         events[i] = lq_list_ref(self._events, m)
+                        dues[i] = _NAN
+                        keys[i] = NULL
+                        if self._groups.at[slot].marks:
+                            e = marks_find(&self._marks, seqs[i])
+                            if e != NULL:
+                                if e.has_due:
+                                    dues[i] = e.due
+                                if e.kt != NULL:
+                                    keys[i] = PyTuple_GET_ITEM(<object>e.kt, 1)
+                                    Py_XINCREF(keys[i])
                         m = self._messages.at[m].next
         finally:
             lq_unlock(&self._lock)
@@ -1035,31 +1163,42 @@ cdef class InMemoryTransport:
                 _put(message, 0, seqs[i])
                 _put(message, 1, <object>events[i])
                 _put(message, 2, attempt if i == 0 else 0)  # only the head has been delivered
-                _put(message, 3, None)  # TODO(part 5): due_at
-                _put(message, 4, None)  # TODO(part 5): key
+                _put(message, 3, dues[i] if dues[i] == dues[i] else None)
+                _put(message, 4, <object>keys[i] if keys[i] != NULL else None)
                 out.append(message)
         finally:
             for i in range(n):
                 Py_XDECREF(events[i])
+                Py_XDECREF(keys[i])
             PyMem_Free(seqs)
         return out
 
     # -------------------------------------------------------------- batches
 
-    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
-        """Publish ``(group_id, event)`` or ``(group_id, event, priority)`` items; return their seqs.
+    def publish_many(self, items: Iterable[Tuple[Any, ...]], *, delay: float = 0.0) -> List[int]:
+        """Publish ``(group_id, event[, priority[, key]])`` items; return their seqs.
 
         Every item is checked before any is published (one bad item: its
-        error, nothing published); then they are published in order, with
-        consecutive seqs, under one lock, leaving the transport exactly as
-        publishing them one by one would.  Items must be tuples.
+        error, nothing published), then ``delay``; then they are published
+        in order under one lock, leaving the transport exactly as publishing
+        them one by one would (``publish(group_id, event, priority,
+        delay=delay, key=key)``, with one clock reading for the lot).  An
+        item whose key is held, or repeats the key of an earlier item of the
+        batch in the same group, publishes nothing and gets the holder's
+        seq; the new messages get consecutive seqs in item order.  Items
+        must be tuples.
         """
         cdef list batch = list(items)  # our own copy: its items are read under the lock
         cdef Py_ssize_t n = len(batch), i
         cdef int64_t first = 0
         cdef int rc = _OK
-        cdef list out
-        cdef object item
+        cdef list out = None
+        cdef list kts = None  # by item: (group_id, key) or None, when some item has a key
+        cdef dict seen = None
+        cdef object item, k
+        cdef double d = 0.0, now = 0.0, before
+        cdef bint marked, read = 0
+        cdef Py_ssize_t skipped = 0
         cdef PyObject *p
         cdef BatchPlan plan
         plan_init(&plan)
@@ -1074,31 +1213,68 @@ cdef class InMemoryTransport:
                 else:
                     item = <object>p
                     gid = _check_item(item, &plan.item_prio[i])
+                    if PyTuple_GET_SIZE(item) == 4:
+                        k = _check_key(<object>PyTuple_GET_ITEM(item, 3))
+                        if k is not None:
+                            if kts is None:
+                                kts = [None] * n
+                            kts[i] = (gid, k)
                     if <PyObject *>gid != PyTuple_GET_ITEM(item, 0):
                         # a str subclass: the copy holds the exact str instead
                         batch[i] = (gid, <object>PyTuple_GET_ITEM(item, 1))
                 # the group id, an exact str: its hash runs no user code
                 plan.item_hash[i] = lq_cached_hash(PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 0))
+            if delay is not 0.0:
+                d = _check_duration(delay, "delay")
             if n == 0:
                 return []
             if n >= INT32_MAX:
                 raise OverflowError("the transport is full: too many messages or groups")
+            marked = d > 0.0 or kts is not None
+            if marked:
+                if plan_alloc_marked(&plan, n) != _OK:
+                    raise MemoryError()
+                if kts is not None:
+                    seen = {}
+                read = d > 0.0 or (kts is not None and self._window > 0.0)
+                if read:
+                    now = self._read_clock()
             lq_lock(&self._lock)
             try:
-                rc = self._publish_batch(batch, &plan, &first)
+                if marked:
+                    before = self._time
+                    if read:
+                        if now < self._time:
+                            now = self._time
+                        else:
+                            self._time = now
+                    rc = _NOMEM  # if it raises
+                    try:
+                        rc = self._publish_batch_marked(batch, &plan, kts, seen, d, now)
+                    finally:
+                        if rc != _OK:
+                            self._time = before  # a call that raises does not move the time
+                else:
+                    rc = self._publish_batch(batch, &plan, &first)
             finally:
                 lq_unlock(&self._lock)
+            skipped = plan.skipped
+            if rc == _OK:
+                out = [None] * n
+                if marked:
+                    for i in range(n):
+                        out[i] = plan.item_seq[i]
+                else:
+                    for i in range(n):
+                        out[i] = first + i
         finally:
             plan_free(&plan)
         if rc != _OK:
             if rc == _FULL:
                 raise OverflowError("the transport is full: too many messages or groups")
             raise MemoryError()
-        if self._wq.count:
-            self._serve_waiters(0.0, 0)
-        out = [None] * n
-        for i in range(n):
-            out[i] = first + i
+        if self._wq.count and skipped < n:  # a group may be claimable
+            self._serve_waiters(now, read)
         return out
 
     def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Lease]:
@@ -1162,7 +1338,7 @@ cdef class InMemoryTransport:
                 c = &taken[built]
                 built += 1  # its references go to the lease, whatever happens
                 out[built - 1] = _issue(c.seq, lq_steal(c.group_id), lq_steal(c.event), wid, expires_at,
-                                        c.attempt, self._owner, c.slot)
+                                        c.attempt, self._owner, c.slot, c.delivery)
         finally:
             for i in range(built, n):
                 Py_XDECREF(taken[i].group_id)
@@ -1198,8 +1374,13 @@ cdef class InMemoryTransport:
         try:
             lq_lock(&self._lock)
             try:
+                if self._marks.used:  # a scheduled next head takes an expiry entry: room first
+                    if expiry_reserve(&self._expiry, self._groups.used) != _OK:
+                        raise MemoryError()  # nothing changed
+                    self._expiry.floor = self._expiry.cap  # acks must not give it back meanwhile
                 for i in range(n):
                     lost[i] = not self._ack_current(<Lease>PyList_GET_ITEM(batch, i), spent, &kept)
+                self._expiry.floor = 0
                 if messages_sparse(&self._messages):
                     self._compact_messages()
             finally:
@@ -1248,10 +1429,13 @@ cdef class InMemoryTransport:
         now = self._read_clock()
         lq_lock(&self._lock)
         try:
-            # Room for the claim's expiry entry first: a MemoryError changes nothing.
-            if expiry_make_room(&self._expiry) != _OK:
+            # Room for the claim's expiry entry first (and for a scheduled next
+            # head's): a MemoryError changes nothing.
+            if expiry_make_room(&self._expiry) != _OK or (
+                    self._marks.used and expiry_reserve(&self._expiry, self._expiry.size + 2) != _OK):
                 rc = _NOMEM
             else:
+                self._expiry.floor = self._expiry.cap if self._marks.used else 0
                 acked = self._ack_current(<Lease>lease, spent, &kept)
                 if acked:
                     if now < self._time:
@@ -1262,6 +1446,8 @@ cdef class InMemoryTransport:
                         self._expire(now)
                     expires_at = now + vis
                     claimed = self._claim_next(<PyObject *>wid, now, expires_at, minp, &taken)
+                self._expiry.floor = 0
+                if acked:
                     if messages_sparse(&self._messages):
                         self._compact_messages()
         finally:
@@ -1274,7 +1460,7 @@ cdef class InMemoryTransport:
             Py_XDECREF(spent[i])  # the event's __del__ may run here, outside the lock
         if claimed:  # the lease takes the claim's references (an error here drops them)
             result = _issue(taken.seq, lq_steal(taken.group_id), lq_steal(taken.event), wid, expires_at,
-                            taken.attempt, self._owner, taken.slot)
+                            taken.attempt, self._owner, taken.slot, taken.delivery)
         if self._wq.count:  # served from what the claim left (the ack's next message, expiries)
             self._serve_waiters(now, 1)
         return result
@@ -1394,7 +1580,7 @@ cdef class InMemoryTransport:
                     or self._messages.at[self._groups.at[slot].head].seq != lease._cseq):
                 return -1
         g = &self._groups.at[slot]
-        if not g.open or g.attempt != lease._cattempt:
+        if not g.open or g.key != lease._cdelivery:  # fencing by delivery: its claim is the latest
             return -1
         return slot
 
@@ -1431,7 +1617,229 @@ cdef class InMemoryTransport:
             if found >= 0:
                 self._idle -= 1
             self._refill(slot, m, self._seq)
+            if not self._groups.at[slot].paused:
+                self._make_ready(slot)
         return _OK
+
+    cdef object _publish_ext(self, str gid, object event, int64_t prio, object delay, object key):
+        """``publish`` with a ``delay`` or a ``key`` argument (checked here)."""
+        cdef double d = _check_duration(delay, "delay")
+        cdef object k = _check_key(key)
+        cdef object kt = None
+        cdef bint read = d > 0.0 or (k is not None and self._window > 0.0)
+        cdef double now = 0.0, before
+        cdef int64_t seq = 0
+        cdef int rc = _NOMEM
+        cdef Py_hash_t h
+        if k is None and d == 0.0:
+            return self.publish(gid, event, prio)  # exactly the publish of Part 1
+        if k is not None:
+            kt = (gid, k)  # built before the lock: the key dict's key
+        if read:
+            now = self._read_clock()
+        h = hash(gid)  # exact str: no user code
+        lq_lock(&self._lock)
+        try:
+            before = self._time
+            if read:
+                if now < self._time:
+                    now = self._time
+                else:
+                    self._time = now
+            try:
+                rc = self._publish_marked(gid, h, event, prio, d, kt, now, &seq)
+            finally:
+                if rc != _OK and rc != _HELD:
+                    self._time = before  # a call that raises does not move the time
+        finally:
+            lq_unlock(&self._lock)
+        if rc == _HELD:
+            return seq  # nothing published, nobody woken
+        if rc != _OK:
+            if rc == _FULL:
+                raise OverflowError("the transport is full: too many messages or groups")
+            raise MemoryError()
+        if self._wq.count:  # a scheduled head arms the expiry timer
+            self._serve_waiters(now, read)
+        return seq
+
+    cdef int _publish_marked(
+        self, str gid, Py_hash_t h, object event, int64_t prio, double d, object kt, double now, int64_t *seq_out,
+    ) except -1:
+        """``publish`` of a message with a due time (``d > 0``) or a key
+        (``kt``: ``(gid, key)``) at ``now`` (the transport's time when the
+        clock was read).  Allocations first (the key dict included), then the
+        commit.  A result code; ``_HELD`` with the holder's seq when the key
+        is held."""
+        cdef int32_t slot, m, lv = -1
+        cdef int rc
+        cdef int64_t seq, holder
+        cdef double due = now + d
+        cdef bint window = kt is not None and self._window > 0.0
+        cdef bint empty, found
+        cdef Group *g
+        cdef MarkEntry *e
+        if kt is not None:
+            if window:
+                self._prune_keys(now)
+            holder = self._holder(kt, now)
+            if holder:
+                seq_out[0] = holder
+                return _HELD
+        slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+        found = slot >= 0
+        empty = not found or self._groups.at[slot].count == 0
+        if self._messages.free < 0:
+            rc = messages_grow(&self._messages, self._events)
+            if rc != _OK:
+                return rc
+        if slot < 0:
+            rc = self._reserve_group(prio, &lv)
+            if rc != _OK:
+                return rc
+        if marks_reserve(&self._marks, 1) != _OK:
+            return _NOMEM
+        if d > 0.0:
+            if empty and expiry_make_room(&self._expiry) != _OK:
+                return _NOMEM
+            if due != _INF:
+                if self._sched.size > 2 * self._scheduled + 64:
+                    sched_compact(&self._sched, &self._marks)
+                if sched_reserve(&self._sched, 1) != _OK:
+                    return _NOMEM
+        if window and ring_reserve(&self._ring, 1) != _OK:
+            return _NOMEM
+        seq = self._seq + 1
+        if kt is not None:  # may raise MemoryError: nothing else has changed
+            self._keys[kt] = seq
+            if window:
+                try:
+                    self._key_at[kt] = now
+                except BaseException:
+                    del self._keys[kt]  # it held nothing (a key held returned above)
+                    raise
+        # --- commit: nothing below can fail
+        if slot < 0:
+            slot = self._new_group(gid, h, prio, lv)
+        self._seq = seq
+        seq_out[0] = seq
+        m = message_add(&self._messages, self._events, seq, event)
+        g = &self._groups.at[slot]
+        if g.count:
+            group_append(&self._messages, g, m)
+        else:  # a new group, or an empty paused one
+            if found:
+                self._idle -= 1
+            self._refill(slot, m, seq)
+        e = marks_insert(&self._marks, seq)
+        if d > 0.0:
+            e.has_due = 1
+            e.due = due
+            g.marks |= _M_DUE
+            self._scheduled += 1
+            if due != _INF:
+                sched_push(&self._sched, due, seq)
+        if kt is not None:
+            Py_INCREF(kt)
+            e.kt = <PyObject *>kt
+            g.marks |= _M_KEY
+            if window:
+                ring_push(&self._ring, now, seq, <PyObject *>kt)
+        if empty and not self._settle(slot, now) and not g.paused:
+            self._make_ready(slot)
+        return _OK
+
+    cdef int64_t _holder(self, object kt, double now) except -1:
+        """The seq of the message holding key ``kt`` (``(gid, key)``) at
+        ``now``, or 0 if it is not held."""
+        cdef PyObject *v = PyDict_GetItem(self._keys, kt)
+        cdef PyObject *at
+        cdef int64_t seq
+        if v == NULL:
+            return 0
+        seq = <int64_t><object>v
+        if marks_find(&self._marks, seq) != NULL:
+            return seq  # its message is held
+        if self._window > 0.0:
+            at = PyDict_GetItem(self._key_at, kt)
+            if at != NULL and now < PyFloat_AS_DOUBLE(<object>at) + self._window:
+                return seq  # gone, but within the window
+        return 0
+
+    cdef int _prune_keys(self, double now) except -1:
+        """Drop the keys whose window has passed at ``now`` and whose message
+        is gone, from the front of the ring (``dedup_window > 0``)."""
+        cdef RingEntry *e
+        cdef PyObject *v
+        while self._ring.size and self._ring.entries[self._ring.head].at + self._window <= now:
+            e = &self._ring.entries[self._ring.head]
+            self._ring.head = (self._ring.head + 1) % self._ring.cap
+            self._ring.size -= 1
+            v = PyDict_GetItem(self._keys, <object>e.kt)
+            if v != NULL and <int64_t><object>v == e.seq and marks_find(&self._marks, e.seq) == NULL:
+                PyDict_DelItem(self._keys, <object>e.kt)
+                PyDict_DelItem(self._key_at, <object>e.kt)
+            Py_XDECREF(e.kt)  # a tuple of exact str: no user code
+            e.kt = NULL
+        return 0
+
+    cdef void _leave(self, int64_t seq) noexcept:
+        """Message ``seq`` leaves the transport (ack, skip, purge): out of
+        the mark table, out of the scheduled count, its key released unless
+        the window still holds it."""
+        cdef MarkEntry *e = marks_find(&self._marks, seq)
+        cdef PyObject *kt
+        cdef PyObject *at
+        if e == NULL:
+            return
+        if e.has_due and e.due >= self._sched_at:  # still counted (its heap entry is skipped when popped)
+            self._scheduled -= 1
+        kt = e.kt
+        marks_delete(&self._marks, e)
+        if kt != NULL:
+            if self._window > 0.0:
+                at = PyDict_GetItem(self._key_at, <object>kt)
+                if at == NULL or self._time >= PyFloat_AS_DOUBLE(<object>at) + self._window:
+                    self._drop_key(kt)
+                # else the ring drops it once the window has passed
+            else:
+                self._drop_key(kt)
+            Py_DECREF(<object>kt)  # a tuple of exact str: no user code
+
+    cdef void _drop_key(self, PyObject *kt) noexcept:
+        """Forget key ``kt`` (present) of the key dicts."""
+        if PyDict_DelItem(self._keys, <object>kt) < 0:
+            PyErr_Clear()
+        if self._window > 0.0 and PyDict_DelItem(self._key_at, <object>kt) < 0:
+            PyErr_Clear()
+
+    cdef void _sweep_scheduled(self, double now) noexcept:
+        """The delayed messages whose due passed (``due < now``) stop counting
+        as scheduled (those gone already were discounted when they left)."""
+        while self._sched.size and self._sched.entries[0].due < now:
+            if marks_find(&self._marks, sched_pop(&self._sched)) != NULL:
+                self._scheduled -= 1
+        self._sched_at = now
+
+    cdef bint _settle(self, int32_t slot, double t) noexcept:
+        """Group ``slot``'s head just became its head (at transport time
+        ``t``): if it is scheduled (``due >= t``) the group is locked as
+        ``_SCHED`` until its due (out of the ready heap, in the expiry heap,
+        which has room).  Whether it is."""
+        cdef Group *g = &self._groups.at[slot]
+        cdef MarkEntry *e
+        if not (g.marks & _M_DUE):
+            return 0
+        e = marks_find(&self._marks, self._messages.at[g.head].seq)
+        if e == NULL or not e.has_due or e.due < t:
+            return 0
+        if ready_contains(&self._ready, slot):
+            self._unready(slot)
+        g.lock = _SCHED
+        g.expires_at = e.due
+        if e.due != _INF:
+            expiry_push(&self._expiry, slot, e.due)
+        return 1
 
     cdef int _reserve_group(self, int64_t prio, int32_t *lv) except -1:
         """Allocate what one more group of priority ``prio`` needs (a group
@@ -1463,21 +1871,22 @@ cdef class InMemoryTransport:
         g.lock = _FREE
         g.open = 0
         g.paused = 0
+        g.marks = 0
         self._ready.pos[slot] = -1
         self._expiry.pos[slot] = -1
         return slot
 
     cdef void _refill(self, int32_t slot, int32_t m, int64_t seq) noexcept:
         """Message slot ``m`` (seq ``seq``) is the first of an empty group:
-        a never-claimed group is placed by it; an unpaused one is ready."""
+        a never-claimed group is placed by it, its marks start afresh.  The
+        caller makes it ready (unless paused or scheduled)."""
         cdef Group *g = &self._groups.at[slot]
         g.head = m
         g.tail = m
         g.count = 1
+        g.marks = 0
         if g.key < 0:
             g.key = seq - _NEVER_CLAIMED
-        if not g.paused:
-            self._make_ready(slot)
 
     cdef int _add_paused(self, str gid, Py_hash_t h, int32_t *slot) except -1:
         """Create group ``gid`` for ``pause``: priority 0, no message, paused.
@@ -1493,7 +1902,7 @@ cdef class InMemoryTransport:
         return _OK
 
     cdef int _publish_batch(self, list batch, BatchPlan *plan, int64_t *first) except -1:
-        """``publish_many`` under the lock (``_inmemory_batch.pxi``): look the
+        """``publish_many`` under the lock (``batch.pxi``): look the
         groups up, plan the new ones, allocate everything the batch needs,
         then publish each item as ``publish`` would.  A result code; the
         first seq in ``first[0]``."""
@@ -1543,6 +1952,156 @@ cdef class InMemoryTransport:
                 if plan.item_slot[i] >= 0:
                     self._idle -= 1
                 self._refill(slot, m, self._seq)
+                if not g.paused:
+                    self._make_ready(slot)
+        return _OK
+
+    cdef int _publish_batch_marked(
+        self, list batch, BatchPlan *plan, list kts, dict seen, double d, double now,
+    ) except -1:
+        """``publish_many`` with a delay (``d > 0``) or keys (``kts``: by
+        item, ``(group_id, key)`` or None), under the lock at ``now``: the
+        items whose key is held or repeated skipped, then as
+        ``_publish_batch``, each message marked.  A result code; every
+        item's seq in ``plan.item_seq``."""
+        cdef Py_ssize_t n = len(batch), i, done = 0
+        cdef int32_t j, slot, m
+        cdef int64_t seq, holder, fresh, keyed = 0
+        cdef double due = now + d
+        cdef bint window = kts is not None and self._window > 0.0, refilled
+        cdef int rc
+        cdef Group *g
+        cdef MarkEntry *e
+        cdef PyObject *kt = NULL
+        cdef PyObject *v
+        if kts is not None:
+            if window:
+                self._prune_keys(now)
+            for i in range(n):
+                kt = PyList_GET_ITEM(kts, i)
+                if kt == <PyObject *>None:
+                    continue
+                holder = self._holder(<object>kt, now)
+                if holder:
+                    plan.item_skip[i] = 1
+                    plan.item_seq[i] = holder
+                    plan.skipped += 1
+                    continue
+                v = PyDict_GetItem(seen, <object>kt)
+                if v != NULL:  # an earlier item of the batch has it
+                    plan.item_skip[i] = 1
+                    plan.item_seq[i] = -1 - <int64_t><object>v
+                    plan.skipped += 1
+                    continue
+                seen[<object>kt] = i
+                keyed += 1
+        for i in range(n):
+            if plan.item_skip[i]:
+                continue
+            slot = ids_lookup(&self._ids, self._groups.at, plan_item_id(batch, i), <uint32_t>plan.item_hash[i])
+            if slot < 0:
+                slot = -1 - plan_new_group(plan, batch, i)
+            plan.item_slot[i] = slot
+        fresh = n - plan.skipped
+        if fresh == 0:
+            return _OK  # nothing published, nothing changed
+        if plan.groups:
+            rc = groups_reserve(&self._groups, self._group_ids, &self._ready, &self._expiry, plan.groups)
+            if rc != _OK:
+                return rc
+            rc = ids_reserve(&self._ids, self._groups.used + plan.groups)
+            if rc != _OK:
+                return rc
+            rc = ready_reserve_levels(&self._ready, plan.new_prio, plan.new_count, plan.levels)
+            if rc != _OK:
+                return rc
+        rc = messages_reserve(&self._messages, self._events, fresh)
+        if rc != _OK:
+            return rc
+        if marks_reserve(&self._marks, fresh) != _OK:
+            return _NOMEM
+        if d > 0.0:
+            # each group's new head may be scheduled: one entry per group at most
+            if expiry_reserve(&self._expiry, self._groups.used + plan.groups) != _OK:
+                return _NOMEM
+            if due != _INF:
+                if self._sched.size > 2 * self._scheduled + 64:
+                    sched_compact(&self._sched, &self._marks)
+                if sched_reserve(&self._sched, fresh) != _OK:
+                    return _NOMEM
+        if window and ring_reserve(&self._ring, keyed) != _OK:
+            return _NOMEM
+        seq = self._seq
+        for i in range(n):
+            if not plan.item_skip[i]:
+                seq += 1
+                plan.item_seq[i] = seq
+        if kts is not None:  # the key dicts (may raise MemoryError: undone, nothing else changed)
+            try:
+                for i in range(n):
+                    kt = PyList_GET_ITEM(kts, i)
+                    if plan.item_skip[i] or kt == <PyObject *>None:
+                        done = i + 1
+                        continue
+                    self._keys[<object>kt] = plan.item_seq[i]
+                    done = i + 1
+                    if window:
+                        self._key_at[<object>kt] = now
+            except BaseException:
+                for i in range(done):
+                    kt = PyList_GET_ITEM(kts, i)
+                    if not plan.item_skip[i] and kt != <PyObject *>None:
+                        self._drop_key(kt)  # it held nothing: its holder would have skipped it
+                        PyErr_Clear()
+                raise
+        # --- commit: nothing below can fail
+        for i in range(n):
+            if plan.item_skip[i]:
+                continue
+            slot = plan.item_slot[i]
+            if slot < 0:  # a new group: created by its first item
+                j = -1 - slot
+                slot = plan.group_slot[j]
+                if slot < 0:
+                    slot = self._new_group(
+                        <str>plan_item_id(batch, i), plan.item_hash[i], plan.item_prio[i],
+                        ready_find_level(&self._ready, plan.item_prio[i]),
+                    )
+                    plan.group_slot[j] = slot
+            seq = plan.item_seq[i]
+            self._seq = seq
+            m = message_add(
+                &self._messages, self._events, seq, <object>PyTuple_GET_ITEM(<object>PyList_GET_ITEM(batch, i), 1),
+            )
+            g = &self._groups.at[slot]
+            refilled = g.count == 0
+            if refilled:  # a new group, or an empty paused one
+                if plan.item_slot[i] >= 0:
+                    self._idle -= 1
+                self._refill(slot, m, seq)
+            else:
+                group_append(&self._messages, g, m)
+            kt = PyList_GET_ITEM(kts, i) if kts is not None else <PyObject *>None
+            if d > 0.0 or kt != <PyObject *>None:
+                e = marks_insert(&self._marks, seq)
+            if d > 0.0:
+                e.has_due = 1
+                e.due = due
+                g.marks |= _M_DUE
+                self._scheduled += 1
+                if due != _INF:
+                    sched_push(&self._sched, due, seq)
+            if kt != <PyObject *>None:
+                Py_INCREF(<object>kt)
+                e.kt = kt
+                g.marks |= _M_KEY
+                if window:
+                    ring_push(&self._ring, now, seq, kt)
+            if refilled and not self._settle(slot, now) and not g.paused:
+                self._make_ready(slot)
+        for i in range(n):  # a repeated key: the seq its first item got
+            if plan.item_seq[i] < 0:
+                plan.item_seq[i] = plan.item_seq[-1 - plan.item_seq[i]]
         return _OK
 
     # -- claiming and acking in batches
@@ -1572,6 +2131,7 @@ cdef class InMemoryTransport:
         group_hold(&self._groups, slot, wid)
         out.seq = self._messages.at[g.head].seq
         out.attempt = g.attempt
+        out.delivery = self._claims
         out.slot = slot
         out.event = lq_list_ref(self._events, g.head)
         out.group_id = g.gid
@@ -1583,14 +2143,24 @@ cdef class InMemoryTransport:
         event (and the id of a group forgotten) go to ``spent[kept[0]...]``
         (owned references), dropped by the caller after the lock."""
         cdef int32_t slot = self._current(lease)
-        cdef Group *g
         if slot < 0:
             return 0
-        g = &self._groups.at[slot]
+        self._ack_slot(slot, spent, kept)  # the caller made expiry room when marks exist
+        return 1
+
+    cdef inline int _ack_slot(self, int32_t slot, PyObject **spent, Py_ssize_t *kept) noexcept:
+        """Ack the head of group ``slot`` (its delivery current): as
+        ``_ack_current``.  A result code: _NOMEM (nothing changed) when a
+        scheduled next head could need an expiry entry there is no room for."""
+        cdef Group *g = &self._groups.at[slot]
+        if g.marks & _M_DUE and expiry_make_room(&self._expiry) != _OK:
+            return _NOMEM
         if g.lock != _FREE:
             self._unlock(slot)
         g.open = 0
         g.attempt = 0
+        if g.marks:
+            self._leave(self._messages.at[g.head].seq)
         spent[kept[0]] = group_take(&self._messages, self._events, g)
         kept[0] += 1
         if g.count == 0:
@@ -1601,11 +2171,13 @@ cdef class InMemoryTransport:
                     &self._groups, self._group_ids, &self._ids, &self._ready, &self._expiry, slot,
                 )
                 kept[0] += 1
+        elif g.marks & _M_DUE and self._settle(slot, self._time):
+            pass  # its next message is scheduled
         elif not ready_contains(&self._ready, slot) and not g.paused:
             self._make_ready(slot)
-        return 1
+        return _OK
 
-    # -- ready heaps and the level treap (_inmemory_ready.pxi)
+    # -- ready heaps and the level treap (ready.pxi)
 
     cdef inline void _make_ready(self, int32_t slot) noexcept:
         """Put a free group in its level's heap under its round-robin key."""
@@ -1637,7 +2209,7 @@ cdef class InMemoryTransport:
             self._make_ready(slot)
         return _OK
 
-    # -- lock state and the expiry heap (_inmemory_expiry.pxi)
+    # -- lock state and the expiry heap (expiry.pxi)
 
     cdef inline void _unlock(self, int32_t slot) noexcept:
         """Release the group's lock and drop its expiry entry."""
@@ -1658,7 +2230,7 @@ cdef class InMemoryTransport:
             if not self._groups.at[slot].paused:
                 self._make_ready(slot)
 
-    # -- storage (_inmemory_storage.pxi)
+    # -- storage (storage.pxi)
     #
     # Methods rather than calls of the storage functions in place: gcc
     # inlines a static function called once, and these rarely run ones
@@ -1684,12 +2256,18 @@ cdef class InMemoryTransport:
         ``spent`` (room for ``count``): the caller releases them after the
         lock, and the group's id, returned."""
         cdef Group *g = &self._groups.at[slot]
+        cdef int32_t m
         if g.lock != _FREE:
             self._unlock(slot)
         g.open = 0
         g.attempt = 0
         if self._groups.reason[slot] != NULL:
             self._unbury(slot)
+        if g.marks:
+            m = g.head
+            while m >= 0 and self._marks.used:
+                self._leave(self._messages.at[m].seq)
+                m = self._messages.at[m].next
         if g.paused:
             g.paused = 0
             self._paused -= 1
@@ -1701,14 +2279,14 @@ cdef class InMemoryTransport:
             self._compact_messages()
         return gid
 
-    # -- waiting claims (_inmemory_waiters.pxi; _waiting.py is the other side)
+    # -- waiting claims (waiters.pxi; waiting.py is the other side)
 
     cdef object _claim_wait(self, str wid, double vis, int64_t minp, double wait):
         """``claim`` with a non-zero ``timeout``: ``_waiting.claim_wait``."""
         return _claim_wait(self, wid, vis, minp, wait)
 
     cdef int _serve_waiters(self, double now, bint have_now) except -1:
-        """THE ENTRY POINT (see _inmemory_waiters.pxi): serve the waiting claims.
+        """THE ENTRY POINT (see waiters.pxi): serve the waiting claims.
 
         Call it *after* releasing the lock, when ``self._wq.count``, at the
         end of any operation that may have made a message claimable or that
@@ -1811,6 +2389,7 @@ cdef class InMemoryTransport:
         group_hold(&self._groups, slot, <PyObject *>w.worker_id)  # for group(): an exact str
         w.seq = self._messages.at[g.head].seq
         w.attempt = g.attempt
+        w.delivery = self._claims
         w.expires_at = expires_at
         w.slot = slot
         w.event = lq_list_get(self._events, g.head)  # the record held None: nothing is freed
@@ -1833,7 +2412,7 @@ cdef class InMemoryTransport:
                     or self._messages.at[self._groups.at[slot].head].seq != w.seq):
                 return 0
         g = &self._groups.at[slot]
-        if not g.open or g.attempt != w.attempt:
+        if not g.open or g.key != w.delivery:
             return 0  # re-delivered since (its lease expired): nothing of it left
         if ready_contains(&self._ready, slot):  # expired: ready under the hand-off's key
             self._unready(slot)
@@ -1895,7 +2474,7 @@ cdef class InMemoryTransport:
             w.state = _W_IDLE
         return 0
 
-    # -- waiting claims: what _waiting.py calls (see its docstring)
+    # -- waiting claims: what waiting.py calls (see its docstring)
 
     def _waiter(self, worker_id, visibility, min_priority, wake):
         """A new waiter record (arguments already checked)."""
@@ -1907,7 +2486,7 @@ cdef class InMemoryTransport:
         return w
 
     def _wait_start(self, _Waiter w):
-        """Read the clock; claim for ``w`` or queue it (see ``_waiting.py``)."""
+        """Read the clock; claim for ``w`` or queue it (see ``waiting.py``)."""
         cdef double now = self._read_clock()
         cdef int rc = _OK
         cdef object chain
@@ -1943,7 +2522,7 @@ cdef class InMemoryTransport:
             raise MemoryError()
         if w.state == _W_HANDED:
             w.state = _W_IDLE
-            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot)
+            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot, w.delivery)
         return None
 
     def _wait_end(self, _Waiter w, bint keep):
@@ -1960,7 +2539,7 @@ cdef class InMemoryTransport:
         lq_unlock(&self._lock)
         self._wake(chain, poke)
         if kept:
-            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot)
+            return _issue(w.seq, w.gid, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.slot, w.delivery)
         return None
 
     def _timer_fire(self):
@@ -1999,3 +2578,101 @@ cdef class InMemoryTransport:
     def _wake_counts(self):
         """Wakes promised to waiting claims so far: (hand-offs, close); for tests."""
         return (self._wakeups[0], self._wakeups[1])
+
+
+cdef object _publish_plain(object transport, object group_id, object event, object priority):
+    """``publish(group_id, event[, priority])``: the publish of Part 1.
+    Positional calls come here straight from C (``lq_publish_entry``,
+    below), without the argument parsing of ``publish``'s keyword-only
+    ``delay`` and ``key``.  ``transport`` is an ``InMemoryTransport`` (the
+    method descriptor checked it)."""
+    cdef InMemoryTransport self = <InMemoryTransport>transport
+    cdef str gid
+    cdef int64_t prio
+    cdef int64_t seq = 0
+    cdef int rc
+    cdef Py_hash_t h
+    cdef int32_t slot, m
+    if type(group_id) is str:
+        gid = <str>group_id
+    else:
+        gid = _check_id(group_id, "group_id")
+    prio = _priority(priority, "priority")
+    h = hash(gid)  # exact str: no user code
+    lq_lock(&self._lock)
+    try:
+        slot = ids_lookup(&self._ids, self._groups.at, <PyObject *>gid, <uint32_t>h)
+        if slot >= 0 and self._messages.free >= 0 and self._groups.at[slot].count:
+            # Fast path: an existing group with messages, a free message slot.
+            self._seq = seq = self._seq + 1
+            m = message_add(&self._messages, self._events, seq, event)
+            group_append(&self._messages, &self._groups.at[slot], m)
+            rc = _OK
+        else:
+            rc = self._publish_slow(gid, h, event, prio, slot, &seq)
+    finally:
+        lq_unlock(&self._lock)
+    if self._wq.count:
+        self._serve_waiters(0.0, 0)
+    if rc != _OK:
+        if rc == _FULL:
+            raise OverflowError("the transport is full: too many messages or groups")
+        raise MemoryError()
+    return seq
+
+
+# ``publish``'s positional calls, straight to ``_publish_plain``.
+#
+# ``publish`` takes keyword-only ``delay`` and ``key`` (Part 5), and
+# Cython's argument parsing takes and drops a reference to every argument,
+# defaults included: ~30 instructions more on every publish, over the 2%
+# the Part 1 cycle may slow by.  So the method's C function (its
+# ``PyMethodDef`` is the module's own, read at every call by the method
+# descriptor and by bound methods) is replaced, once, at import, by
+# ``lq_publish_entry``: a call with 2 or 3 positional arguments and no
+# keyword goes to ``_publish_plain`` with borrowed arguments; any other call
+# goes to the function Cython generated, which parses it as declared.  If
+# the method is not what this expects (another Cython, another layout),
+# nothing is replaced and every call takes Cython's path.
+cdef extern from *:
+    """
+    typedef PyObject *(*lq_fastcall_kw)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+    typedef PyObject *(*lq_publish_fn)(PyObject *, PyObject *, PyObject *, PyObject *);
+    static lq_fastcall_kw lq_publish_parsed = NULL;  /* Cython's wrapper: every form of call */
+    static lq_publish_fn lq_publish_positional = NULL;
+    static PyObject *lq_zero = NULL;                  /* priority's default */
+    static PyTypeObject *lq_publish_type = NULL;      /* InMemoryTransport (final: no subclass) */
+    static PyObject *lq_publish_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+        if (kwnames == NULL && (nargs == 2 || nargs == 3) && Py_TYPE(self) == lq_publish_type)
+            return lq_publish_positional(self, args[0], args[1], nargs == 3 ? args[2] : lq_zero);
+        return lq_publish_parsed(self, args, nargs, kwnames);
+    }
+    #include <string.h>
+    static int lq_install_publish(PyObject *descr, void *positional, PyObject *zero, PyObject *type) {
+        PyMethodDef *def;
+    #if defined(Py_LIMITED_API) || !defined(CYTHON_COMPILING_IN_CPYTHON) || !CYTHON_COMPILING_IN_CPYTHON
+        return 0;
+    #endif
+        if (Py_TYPE(descr) == &PyMethodDescr_Type)  /* binding=False */
+            def = ((PyMethodDescrObject *)descr)->d_method;
+        else if (strstr(Py_TYPE(descr)->tp_name, "cython_function_or_method") != NULL)
+            def = ((PyCFunctionObject *)descr)->m_ml;  /* a CyFunction is a PyCMethodObject there */
+        else
+            return 0;
+        if (def->ml_flags != (METH_FASTCALL | METH_KEYWORDS) || lq_publish_parsed != NULL)
+            return 0;
+        Py_INCREF(zero);
+        lq_zero = zero;
+        Py_INCREF(type);
+        lq_publish_type = (PyTypeObject *)type;
+        lq_publish_parsed = (lq_fastcall_kw)(void (*)(void))def->ml_meth;
+        lq_publish_positional = (lq_publish_fn)positional;
+        def->ml_meth = (PyCFunction)(void (*)(void))lq_publish_entry;
+        return 1;
+    }
+    """
+    int lq_install_publish(object descr, void *positional, object zero, object type) noexcept
+
+
+#: Whether positional publishes bypass the argument parsing (for tests).
+_FAST_PUBLISH = bool(lq_install_publish(InMemoryTransport.__dict__["publish"], <void *>_publish_plain, 0, InMemoryTransport))

@@ -1,4 +1,4 @@
-# Argument checks of the Cython transport (included by _inmemory_c.pyx).
+# Argument checks of the Cython transport (included by transport_c.pyx).
 #
 # The same rules and error messages as ``_validation.py`` (which the pure
 # twin and the other backends use), written against C types, with fast
@@ -117,15 +117,25 @@ cdef int64_t _check_count(object value) except -1:
 
 
 cdef str _check_item(object item, int64_t *priority):
-    """One ``publish_many`` item: a tuple ``(group_id, event)`` or
-    ``(group_id, event, priority)`` (a subclass is read as the tuple it is);
-    returns its group id, its priority in ``priority[0]``."""
+    """One ``publish_many`` item: a tuple ``(group_id, event[, priority[,
+    key]])`` (a subclass is read as the tuple it is); returns its group id,
+    its priority in ``priority[0]``.  Its key, if any, is checked after
+    (``_check_key``), as ``publish`` checks the fields in that order."""
     cdef Py_ssize_t size
     if not PyTuple_Check(item):
         raise TypeError(f"publish_many items must be tuples, not {type(item).__name__}")
     size = PyTuple_GET_SIZE(item)
-    if size != 2 and size != 3:
-        raise ValueError(f"a publish_many item has 2 or 3 fields, not {size}")
+    if size < 2 or size > 4:
+        raise ValueError(f"a publish_many item has 2, 3 or 4 fields, not {size}")
     group_id = _check_id(<object>PyTuple_GET_ITEM(item, 0), "group_id")
-    priority[0] = _priority(<object>PyTuple_GET_ITEM(item, 2), "priority") if size == 3 else 0
+    priority[0] = _priority(<object>PyTuple_GET_ITEM(item, 2), "priority") if size >= 3 else 0
     return group_id
+
+
+cdef object _check_key(object value):
+    """``publish``'s ``key``: None or a str; a subclass becomes an exact str."""
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__getitem__(value, slice(None))
+    raise TypeError(f"key must be a str or None, not {type(value).__name__}")

@@ -1,6 +1,6 @@
 # The queue of waiting claims of the Cython transport (included by
-# _inmemory_c.pyx); the pure twin's "waiters" section explains it, and
-# ``_waiting.py`` (shared by both) is the sleeping and waking side.
+# transport_c.pyx); the pure twin's "waiters" section explains it, and
+# ``waiting.py`` (shared by both) is the sleeping and waking side.
 #
 # THE ENTRY POINT.  Every operation that may have made a message claimable
 # (publish, ack, nack(0); the control plane's resume and set_priority; the
@@ -26,7 +26,7 @@
 #
 # A waiting claim is woken only when it was served or closed (or by its own
 # deadline): expiry is watched by the transport's expiry timer
-# (``_waiting.py``), armed for ``_timer_at`` by ``_arm_timer`` and poked
+# (``waiting.py``), armed for ``_timer_at`` by ``_arm_timer`` and poked
 # after the lock is released.
 #
 # Here: ``_Waiter``, the record of one waiting claim (allocated by the
@@ -70,6 +70,7 @@ cdef class _Waiter:
     # the lease handed over
     cdef int64_t seq
     cdef int64_t attempt
+    cdef int64_t delivery          # its claim number (fencing by delivery)
     cdef double expires_at
     cdef object gid
     cdef object event
