@@ -24,15 +24,17 @@ from leasequeue._cli import _queue_command
 def q(backend: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """``q("retry", "g", stdin="y\\n") -> (status, stdout, stderr)``, in this process."""
 
-    def run(*args: str, stdin: str = "") -> Tuple[int, str, str]:
+    def run(*args: str, stdin: Any = "") -> Tuple[int, str, str]:
+        if isinstance(stdin, str):
+            stdin = io.StringIO(stdin)
         capsys.readouterr()
         if backend.durable:
-            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+            monkeypatch.setattr(sys, "stdin", stdin)
             status = main(["queue", *backend.cli_args(), *args])
         else:
             ns = build_parser().parse_args(["queue", "--sqlite", "unused.db", *args])
             try:
-                status = _queue_command(backend.make(), ns, io.StringIO(stdin))
+                status = _queue_command(backend.make(), ns, stdin)
             except _CliError as exc:
                 sys.stderr.write(f"leasequeue queue: {exc}\n")
                 status = exc.status
@@ -123,6 +125,26 @@ def test_skip_asks_for_confirmation(backend: Any, q: Any) -> None:
     assert status == 0 and f"skipped seq {first} of g" in out
     status, out, _ = q("skip", "g", "--seq", str(second), stdin="yes\n")
     assert status == 0 and f"skipped seq {second}" in out and t.group("g") is None
+
+
+def test_a_head_that_changed_while_asking_is_not_skipped(backend: Any, q: Any) -> None:
+    """The question named seq A; a worker finished A while the operator
+    answered: the skip is refused and B, the new head, stays."""
+    t = backend.make()
+    first = t.publish("g", "head")
+    second = t.publish("g", "next")
+
+    class AnswersAfterAWorkerAcks:
+        def readline(self) -> str:
+            lease = t.claim("worker", 30.0)
+            assert lease.seq == first
+            t.ack(lease)
+            return "y\n"
+
+    status, out, err = q("skip", "g", stdin=AnswersAfterAWorkerAcks())
+    assert status == 1 and out == ""
+    assert f"is seq {second}, not {first}" in err.strip().splitlines()[-1]
+    assert [m.seq for m in t.peek("g", 5)] == [second]
 
 
 def test_skip_of_a_held_or_empty_head_is_refused(backend: Any, q: Any) -> None:
