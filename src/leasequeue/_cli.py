@@ -48,8 +48,8 @@ examples:
   leasequeue queue --sqlite queue.db stats
   leasequeue queue --sqlite queue.db groups --state buried
   leasequeue queue --sqlite queue.db peek order-17 -n 5
-  leasequeue queue --sqlite queue.db retry order-17       # run a buried head again, from attempt 1
-  leasequeue queue --sqlite queue.db skip order-17 --seq 42   # drop the poison head, if it is seq 42
+  leasequeue queue --sqlite queue.db retry order-17          # run a buried head again, from attempt 1
+  leasequeue queue --sqlite queue.db skip order-17 --seq 42  # drop the poison head, if it is seq 42
   leasequeue queue --postgres "dbname=app" --queue emails groups --json
 
 `resume` lifts a bury but keeps counting (the next delivery is attempt + 1):
