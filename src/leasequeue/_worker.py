@@ -162,8 +162,9 @@ class Retry:
       Any other error exhausts the message at once.
     - ``exhausted``: what happens then.  ``"bury"`` (the default): the group is
       quarantined (``bury``) with a reason naming the error and the attempt;
-      an operator resumes or skips it.  ``"skip"``: the message is handed to
-      ``dead_letter(job, error)`` and then acked; the group goes on.  A
+      an operator retries it (``retry``: a fresh budget) or skips it.
+      ``"skip"``: the message is handed to ``dead_letter(job, error)`` and
+      then acked; the group goes on.  A
       callable ``f(job, error)``: its return value decides: ``"bury"``,
       ``"skip"`` (or ``None``: acked), or a number: retry after that many
       seconds.  A callable that raises buries the group.
