@@ -1077,7 +1077,10 @@ class Worker:
                         _uncancel()
                         return  # the heartbeat cancelled it: neither ack nor nack
                     job._finished = True
-                    await asyncio.shield(self._acall(self._apply, job, _HANDBACK, 0.0, None))
+                    # Cancelled by the shutdown: released, uncounted.  A CancelledError
+                    # the handler raised itself while the worker runs is an outcome: nack.
+                    back = _HANDBACK if self._stopping else _RETURN
+                    await asyncio.shield(self._acall(self._apply, job, back, 0.0, None))
                     raise
                 except Exception as exc:
                     error = exc

@@ -230,6 +230,26 @@ def test_a_job_in_retry_later_at_a_stop_is_already_parked(backend: Any, start: A
     assert t.group("g").state == "parked" and head_attempt(t, "g") == 0
 
 
+def test_a_cancelled_error_raised_by_the_handler_itself_counts(inmemory: Any, start: Any) -> None:
+    """Only a cancellation by the shutdown is released: a CancelledError an
+    async handler raises itself while the worker runs is nacked (counted),
+    so a handler that always does so still meets the attempt budget."""
+    t = inmemory.make()
+    t.publish("g", "job")
+    runs: List[int] = []
+
+    async def handler(job: Job) -> None:
+        runs.append(job.attempt)
+        if job.attempt == 1:
+            raise asyncio.CancelledError()
+
+    w = Worker(t, handler, visibility=10.0)
+    running = start(w, "asyncio")
+    wait_until(lambda: len(t) == 0)
+    running.stop()
+    assert runs == [1, 2] and w.counts["handed_back"] == 1 and w.counts["succeeded"] == 1
+
+
 # ---------------------------------------------------------------- crash loops, resume and retry
 
 
