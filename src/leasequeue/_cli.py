@@ -5,9 +5,10 @@ app:app`` does: the current directory is on ``sys.path``) and runs a
 :class:`~leasequeue.Worker` on a SQLite file or a PostgreSQL queue until
 SIGTERM/SIGINT; it exits 0 after a clean stop.  ``leasequeue queue`` is the
 operator's view of a durable queue: counts, groups, a group, its head
-messages, and pause / resume / skip / purge; tables for people, ``--json``
-for scripts, a one-line message and a non-zero exit for an unknown group or
-a refused action.  Plain standard-library output.
+messages, and pause / resume / retry / skip / purge (skip and purge ask for
+confirmation unless ``--yes``); tables for people, ``--json`` for scripts, a
+one-line message and a non-zero exit for an unknown group or a refused
+action.  Plain standard-library output.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["add_parsers", "run_queue", "run_worker"]
 
-STATES = ("ready", "leased", "parked", "paused", "buried")
+STATES = ("ready", "leased", "parked", "paused", "buried", "scheduled")
 
 WORKER_EPILOG = """\
 examples:
@@ -34,9 +35,12 @@ The handler gets a leasequeue.Job (job.event, job.group_id, job.seq,
 job.attempt, job.lost); an `async def` handler runs on asyncio.  A handler
 that raises is retried with backoff (parked at its group's head) and, after
 --max-attempts, its group is buried: `leasequeue queue ... groups --state
-buried` lists them.  SIGTERM or SIGINT: stop claiming, let running handlers
-finish (up to --drain-timeout), hand back the rest, exit 0; a second signal
-exits at once (status 1) and leaves running handlers' leases to expire.
+buried` lists them, `leasequeue queue ... retry G` runs the head again with
+a fresh budget.  A handler raising leasequeue.RetryLater(S) waits S seconds
+without counting an attempt.  SIGTERM or SIGINT: stop claiming, let running
+handlers finish (up to --drain-timeout), hand back the rest uncounted (a
+restart spends no attempt), exit 0; a second signal exits at once (status 1)
+and leaves running handlers' leases to expire.
 """
 
 QUEUE_EPILOG = """\
@@ -44,8 +48,15 @@ examples:
   leasequeue queue --sqlite queue.db stats
   leasequeue queue --sqlite queue.db groups --state buried
   leasequeue queue --sqlite queue.db peek order-17 -n 5
-  leasequeue queue --sqlite queue.db skip order-17        # drop a poison head message
+  leasequeue queue --sqlite queue.db retry order-17          # run a buried head again, from attempt 1
+  leasequeue queue --sqlite queue.db skip order-17 --seq 42  # drop the poison head, if it is seq 42
   leasequeue queue --postgres "dbname=app" --queue emails groups --json
+
+`resume` lifts a bury but keeps counting (the next delivery is attempt + 1):
+a worker buries the group again at once if that is beyond its
+--max-attempts; `retry` gives the head a fresh budget.  `skip` and `purge`
+ask for confirmation on stdin (answer y); --yes skips the question, and
+without --yes a stdin that gives no answer refuses.
 
 Exit status: 0 done, 1 an unknown group or a refused action (one line on
 stderr), 2 bad arguments.
@@ -150,12 +161,18 @@ def add_parsers(sub: Any) -> None:
     g.add_argument("--state", choices=STATES, help="only the groups in this state")
     for name, text in (("group", "one group's state"),
                        ("pause", "stop serving a group (a running message stays leased)"),
-                       ("resume", "lift a pause, a park or a bury"),
-                       ("skip", "remove a group's head message (a poison message) and lift a bury"),
-                       ("purge", "remove every message of a group, and the group")):
+                       ("resume", "lift a pause, a park or a bury (the attempt count goes on: a worker "
+                                  "re-buries a head beyond its budget; see retry)"),
+                       ("retry", "run a group's head again from scratch: attempt back to 1, a bury lifted, "
+                                 "a park ended (a pause stays)"),
+                       ("skip", "remove a group's head message (a poison message) and lift a bury (confirmed)"),
+                       ("purge", "remove every message of a group, and the group (confirmed)")):
         c = cmds.add_parser(name, parents=[common], help=text)
         c.add_argument("group_id", metavar="G", help="the group id")
-        if name == "purge":
+        if name == "skip":
+            c.add_argument("--seq", type=_count, metavar="N",
+                           help="skip only if the head is seq N (as `peek G` shows it)")
+        if name in ("skip", "purge"):
             c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p = cmds.add_parser("peek", parents=[common], help="a group's oldest messages, head first")
     p.add_argument("group_id", metavar="G", help="the group id")
@@ -301,6 +318,26 @@ def _print(args: argparse.Namespace, data: Any, text: str) -> None:
         sys.stdout.write(text + "\n")
 
 
+def _confirm(question: str, stdin: Any, refusal: str) -> None:
+    """Ask ``question [y/N]`` on stderr; anything but y/yes (an empty or
+    closed stdin included) raises ``CliError(refusal)``."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        raise CliError(refusal)
+
+
+def _refused_head(info: Any, group_id: str) -> CliError:
+    """Why an action on the head of a known group was refused (``skip``, ``retry``)."""
+    if info is None:
+        return CliError(f"no group {group_id!r}")
+    if info.head_seq is None:
+        return CliError(f"refused: group {group_id!r} holds no message")
+    return CliError(f"refused: the head of group {group_id!r} (seq {info.head_seq}) is under a lease that has not "
+                    "expired: a worker is running it")
+
+
 def _known(t: Any, group_id: str) -> Any:
     info = t.group(group_id)
     if info is None:
@@ -335,7 +372,8 @@ def _queue_command(t: Any, args: argparse.Namespace, stdin: Any) -> int:
     elif cmd == "peek":
         _known(t, args.group_id)
         messages = t.peek(args.group_id, args.count)
-        data = [{"seq": m.seq, "attempt": m.attempt, "event": _jsonable(m.event)} for m in messages]
+        data = [{"seq": m.seq, "attempt": m.attempt, "event": _jsonable(m.event),
+                 "due_at": getattr(m, "due_at", None), "key": getattr(m, "key", None)} for m in messages]
         rows = []
         for m in messages:
             text = repr(m.event)
@@ -346,34 +384,63 @@ def _queue_command(t: Any, args: argparse.Namespace, stdin: Any) -> int:
             raise CliError(f"group {args.group_id!r} is already paused")
         _print(args, {"group_id": args.group_id, "paused": True}, f"paused {args.group_id}")
     elif cmd == "resume":
+        before = t.group(args.group_id)
         if not t.resume(args.group_id):
             if t.group(args.group_id) is None:
                 raise CliError(f"no group {args.group_id!r}")
             raise CliError(f"nothing to resume: group {args.group_id!r} is not paused, parked or buried")
+        if before is not None and before.state == "buried":
+            # One line on stderr (stdout stays the result, --json included).
+            sys.stderr.write(f"note: the bury is lifted but the attempts go on counting (next delivery: attempt "
+                             f"{(before.attempt or 0) + 1}); a worker buries it again at once if that is beyond "
+                             f"its max_attempts: `retry {args.group_id}` gives it a fresh budget\n")
         _print(args, {"group_id": args.group_id, "resumed": True}, f"resumed {args.group_id}")
+    elif cmd == "retry":
+        if not t.retry(args.group_id):
+            raise _refused_head(t.group(args.group_id), args.group_id)
+        _print(args, {"group_id": args.group_id, "retried": True},
+               f"retried {args.group_id}: its head runs again from attempt 1")
     elif cmd == "skip":
-        info = _known(t, args.group_id)
-        head = t.peek(args.group_id, 1)
-        if not t.skip(args.group_id):
-            if info.head_seq is None:
-                raise CliError(f"refused: group {args.group_id!r} holds no message")
-            raise CliError(f"refused: the head of group {args.group_id!r} (seq {info.head_seq}) is under a "
-                           "lease that has not expired: a worker is running it")
-        seq = head[0].seq if head else info.head_seq
-        _print(args, {"group_id": args.group_id, "skipped_seq": seq},
-               f"skipped seq {seq} of {args.group_id}")
+        _skip(t, args, stdin)
     elif cmd == "purge":
         info = _known(t, args.group_id)
         if not args.yes:
-            sys.stderr.write(f"purge group {args.group_id!r}: remove its {info.messages} message(s)? [y/N] ")
-            sys.stderr.flush()
-            answer = stdin.readline().strip().lower()
-            if answer not in ("y", "yes"):
-                raise CliError("not purged (answer y, or pass --yes)")
+            _confirm(f"purge group {args.group_id!r}: remove its {info.messages} message(s)?", stdin,
+                     "not purged (answer y, or pass --yes)")
         removed = t.purge(args.group_id)
         _print(args, {"group_id": args.group_id, "removed": removed},
                f"purged {args.group_id}: {removed} message(s) removed")
     return 0
+
+
+def _head(t: Any, group_id: str, want: Optional[int]) -> Any:
+    """The group's head message, checked against ``--seq`` (a ``CliError`` if it is not that seq)."""
+    info = _known(t, group_id)
+    head = t.peek(group_id, 1)
+    if not head:
+        raise _refused_head(info, group_id)
+    if want is not None and head[0].seq != want:
+        raise CliError(f"refused: the head of group {group_id!r} is seq {head[0].seq}, not {want}: nothing skipped")
+    return head[0]
+
+
+def _skip(t: Any, args: argparse.Namespace, stdin: Any) -> None:
+    """``skip G [--seq N] [--yes]``.
+
+    With ``--seq`` the head is checked (``peek``) before the question and
+    again after it, then skipped: the check and the skip are two calls, so
+    if, in the moment between them, a worker acks the head and the next
+    message is not yet claimed, ``skip`` removes that next message.  A head
+    that a worker holds under a live lease is never skipped.
+    """
+    head = _head(t, args.group_id, args.seq)
+    if not args.yes:
+        _confirm(f"skip group {args.group_id!r}: remove its head message seq {head.seq} (attempt {head.attempt})?",
+                 stdin, "not skipped (answer y, or pass --yes)")
+        head = _head(t, args.group_id, args.seq if args.seq is not None else head.seq)
+    if not t.skip(args.group_id):
+        raise _refused_head(t.group(args.group_id), args.group_id)
+    _print(args, {"group_id": args.group_id, "skipped_seq": head.seq}, f"skipped seq {head.seq} of {args.group_id}")
 
 
 def main_worker(args: argparse.Namespace) -> int:

@@ -56,8 +56,12 @@ _MAX_REASON = 500
 #: What a runner's waiting claim returns to leave its claim loop.
 _STOP = object()
 
-# The actions a finished run of a handler leads to.
-_ACK, _RETRY, _DEFER, _BURY, _SKIP, _HANDBACK = range(6)
+# The actions a finished run of a handler leads to.  _DEFER: RetryLater,
+# ``release(lease, delay)``; _HANDBACK: a message handed back at shutdown,
+# ``release(lease, delay)`` (both ``nack`` on a transport without ``release``);
+# _RETURN: a handler that raised SystemExit or KeyboardInterrupt, ``nack(lease)``
+# (it ran: its delivery counts).
+_ACK, _RETRY, _DEFER, _BURY, _SKIP, _HANDBACK, _RETURN = range(7)
 
 # Transports whose calls never block beyond a lock (the in-memory twins,
 # leasequeue._backends.inmemory.*): called directly from the event loop.
@@ -105,9 +109,16 @@ class RetryLater(Exception):
     """Raise from a handler to run it again after ``delay`` seconds, without
     counting a failure (a rate limit, a resource not ready yet).
 
-    The worker keeps the lease (its heartbeat extends it) and runs the
-    handler again after the delay, with the same ``attempt``: the group keeps
-    its place and its order, and ``max_attempts`` is not used up.
+    The worker hands the message back with ``transport.release(lease,
+    delay)``: it is parked at its group's head for ``delay`` seconds (the
+    group's later messages wait behind it, in order; other groups go on),
+    the worker's slot is free at once, and the next delivery (to this worker
+    or another) carries the same ``attempt``: ``max_attempts`` is not used up.
+
+    On a transport without ``release`` (a backend written before 0.6) the
+    worker keeps the lease (its heartbeat extends it) and runs the handler
+    again on the same slot after the delay, as before 0.6: a ``nack`` would
+    count the wait as a failed attempt.
     """
 
     def __init__(self, delay: float, reason: str = "") -> None:
@@ -121,8 +132,15 @@ class RetryLater(Exception):
 
 class CrashLoop(Exception):
     """The error reported with a message buried unrun because it was claimed
-    with ``attempt > max_attempts``: its earlier deliveries ended without an
-    outcome (the process was killed, or the lease ran out)."""
+    with ``attempt > max_attempts``: its attempt is beyond the retry budget.
+
+    What the worker knows is only that number: its earlier deliveries
+    failed, were buried (and the group resumed), or ended without an
+    outcome (a crash, a hang past the lease, a lost connection).  Hand-backs
+    at a graceful shutdown and ``RetryLater`` use ``release`` and do not
+    count.  ``leasequeue queue retry G`` (``transport.retry``) gives the
+    message a fresh budget; ``resume`` does not (the worker buries it again).
+    """
 
 
 class Retry:
@@ -130,8 +148,9 @@ class Retry:
 
     - ``max_attempts``: deliveries a message gets (>= 1).  A handler that
       raises on attempt ``max_attempts`` exhausts it; a message claimed with
-      ``attempt > max_attempts`` (its earlier deliveries crashed the
-      process or hung past the lease) is buried without running.
+      ``attempt > max_attempts`` (its earlier deliveries failed, were buried,
+      or ended without an outcome: a crash, a hang past the lease, a lost
+      connection) is buried without running (:class:`CrashLoop`).
     - ``backoff``, ``factor``, ``max_delay``, ``jitter``: the delay before the
       next delivery after failed attempt ``n`` is ``backoff * factor ** (n - 1)``,
       capped at ``max_delay``, times a random factor in ``[1 - jitter, 1 + jitter]``
@@ -143,8 +162,9 @@ class Retry:
       Any other error exhausts the message at once.
     - ``exhausted``: what happens then.  ``"bury"`` (the default): the group is
       quarantined (``bury``) with a reason naming the error and the attempt;
-      an operator resumes or skips it.  ``"skip"``: the message is handed to
-      ``dead_letter(job, error)`` and then acked; the group goes on.  A
+      an operator retries it (``retry``: a fresh budget) or skips it.
+      ``"skip"``: the message is handed to ``dead_letter(job, error)`` and
+      then acked; the group goes on.  A
       callable ``f(job, error)``: its return value decides: ``"bury"``,
       ``"skip"`` (or ``None``: acked), or a number: retry after that many
       seconds.  A callable that raises buries the group.
@@ -335,6 +355,16 @@ class Worker:
     ``metrics`` (``True`` or a ``prometheus_client`` registry),
     ``batch`` (claim up to that many messages at once when several slots are
     free; 1 disables), ``signals`` (``None``: on the main thread only).
+
+    Honest attempts (SPEC Part 5): a failure's backoff is ``nack(lease,
+    delay)`` (it counts), a handler's :class:`RetryLater` is
+    ``release(lease, delay)`` (it does not); both park the message and free
+    the slot at once.  At shutdown, a message claimed but not started and an
+    async handler cancelled by the shutdown are handed back with
+    ``release(lease)``, so rolling restarts spend no retry budget and never
+    trip the crash-loop rule.  A transport without ``release`` (a backend
+    written before 0.6) gets ``nack`` for those hand-backs (they count as
+    attempts there), and ``RetryLater`` keeps its lease and waits on its slot.
     """
 
     def __init__(
@@ -401,6 +431,9 @@ class Worker:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._wake: Optional[Callable[[], None]] = None  # wakes the runner on its loop
         self._inline = _is_inline(transport)
+        # Part 5: hand-backs and RetryLater do not count (a user's older backend: nack, see _give_back).
+        release = getattr(transport, "release", None)
+        self._release: Optional[Callable[..., None]] = release if callable(release) else None
         self._io: Any = None  # arun(): the thread pool for a durable transport's calls
         self._interval = self.visibility / 3.0
         self.metrics: Optional[_Metrics] = None
@@ -560,10 +593,11 @@ class Worker:
 
     def _crash_loop(self, job: Job) -> Tuple[str, CrashLoop]:
         error = CrashLoop(
-            f"claimed at attempt {job.attempt} > max_attempts {self.retry.max_attempts}: its earlier deliveries "
-            "ended without an outcome (process killed or lease ran out)"
+            f"attempt {job.attempt} is beyond the budget of max_attempts {self.retry.max_attempts}: earlier "
+            "deliveries failed, were buried, or ended without an outcome (such as a crash, a hang past the lease "
+            "or a lost connection)"
         )
-        return f"crash loop: {error} (attempt {job.attempt} of {self.retry.max_attempts})", error
+        return f"not run: {error}; 'retry' gives it a fresh budget", error
 
     def _apply(self, job: Job, action: int, arg: Any, error: Optional[BaseException], slot: int = -1) -> None:
         """Record the outcome with the transport (sync: called from a slot
@@ -599,11 +633,28 @@ class Worker:
                 self.logger.warning("job %r seq %d skipped after attempt %d (%s)", job.group_id, job.seq,
                                     job.attempt, _error_name(error) if error else "")
                 self._emit("skipped", job, error, slot)
-            else:  # _HANDBACK
-                t.nack(lease, arg or 0.0)
+            elif action == _DEFER:
+                t.release(lease, arg)
+                self.logger.info("job %r seq %d attempt %d asked to run again in %.3gs (%s)", job.group_id,
+                                 job.seq, job.attempt, arg, error)
+                self._emit("retried", job, error, slot)
+            elif action == _HANDBACK:
+                self._give_back(lease, arg or 0.0)
+                self._emit("handed_back", job, None, slot)
+            else:  # _RETURN
+                t.nack(lease, 0.0)
                 self._emit("handed_back", job, None, slot)
         except Exception as exc:
             self._failed(job, exc)
+
+    def _give_back(self, lease: Any, delay: float) -> None:
+        """Hand a delivery back uncounted (``release``), or with ``nack`` on a
+        transport without ``release`` (then it counts as an attempt)."""
+        release = self._release
+        if release is not None:
+            release(lease, delay)
+        else:
+            self.transport.nack(lease, delay)
 
     def _failed(self, job: Job, exc: Exception) -> None:
         """Recording an outcome raised: the lease was lost, or the transport
@@ -725,7 +776,7 @@ class Worker:
                 self.logger.error("handler raised %s: handing the job back and stopping", _error_name(error))
                 job._finished = True
                 if not job.lost:
-                    self._apply(job, _HANDBACK, 0.0, None, slot)
+                    self._apply(job, _RETURN, 0.0, None, slot)
                 self.stop()
                 return
             if job.lost:
@@ -733,7 +784,8 @@ class Worker:
                 return
             decision: Tuple[int, Any] = (_ACK, None) if error is None else self._decide(job, error)
             action, arg = decision
-            if action == _DEFER:
+            if action == _DEFER and self._release is None:
+                # A transport without release: keep the lease and wait on this slot (Part 4).
                 self._emit("retried", job, error, slot)
                 delay = float(arg)
                 due = time.monotonic() + delay
@@ -1025,7 +1077,10 @@ class Worker:
                         _uncancel()
                         return  # the heartbeat cancelled it: neither ack nor nack
                     job._finished = True
-                    await asyncio.shield(self._acall(self._apply, job, _HANDBACK, 0.0, None))
+                    # Cancelled by the shutdown: released, uncounted.  A CancelledError
+                    # the handler raised itself while the worker runs is an outcome: nack.
+                    back = _HANDBACK if self._stopping else _RETURN
+                    await asyncio.shield(self._acall(self._apply, job, back, 0.0, None))
                     raise
                 except Exception as exc:
                     error = exc
@@ -1035,7 +1090,8 @@ class Worker:
                     return
                 decision: Tuple[int, Any] = (_ACK, None) if error is None else self._decide(job, error)
                 action, arg = decision
-                if action == _DEFER:
+                if action == _DEFER and self._release is None:
+                    # A transport without release: keep the lease and wait in this task (Part 4).
                     self._emit("retried", job, error, slot)
                     try:
                         await asyncio.sleep(arg)

@@ -109,8 +109,8 @@ def test_the_hooks_path_acks_alone(inmemory: Any, start: Any) -> None:
 
 def test_a_stop_as_ack_and_claim_returns_hands_the_claimed_lease_back(backend: Any, start: Any) -> None:
     """The stop comes while ack_and_claim runs: the lease it claimed is not
-    run, and it is handed back (free again, its delivery counted), not left
-    leased until it runs out."""
+    run, and it is handed back with release (free again, its delivery not
+    counted), not left leased until it runs out."""
     t = backend.make()
     publish(t, 1, 3)
     holder: List[Worker] = []
@@ -123,8 +123,9 @@ def test_a_stop_as_ack_and_claim_returns_hands_the_claimed_lease_back(backend: A
     assert seen == [("g0", 0)]
     assert w.counts["succeeded"] == 1 and w.counts["handed_back"] == 1
     assert t.stats().leased == 0 and len(t) == 2
+    assert t.peek("g0", 1)[0].attempt == 0  # released: the hand-back spent no attempt
     lease = t.claim("check", 30.0)
-    assert (lease.event, lease.attempt) == (("g0", 1), 2)
+    assert (lease.event, lease.attempt) == (("g0", 1), 1)
 
 
 def test_a_job_that_ends_after_stop_is_acked_alone(backend: Any, start: Any) -> None:

@@ -85,13 +85,13 @@ def test_every_command(durable: Any, q: Any) -> None:
     status, _, err = q("resume", "beta")
     assert status == 1 and "nothing to resume" in one_line(err)
 
-    status, out, _ = q("skip", "poison", "--json")
+    status, out, _ = q("skip", "poison", "--json", stdin="y\n")
     assert status == 0 and json.loads(out)["skipped_seq"] == groups["poison"]["head_seq"]
     info = t.group("poison")
     assert info.state == "ready" and info.messages == 1 and [m.event for m in t.peek("poison")] == ["after"]
 
     held = t.claim("busy-worker", 30.0)
-    status, _, err = q("skip", held.group_id)
+    status, _, err = q("skip", held.group_id, "--yes")
     assert status == 1 and "refused" in one_line(err) and "lease" in err
     assert t.group(held.group_id).messages >= 1
 

@@ -5,8 +5,10 @@ that file."""
 
 from __future__ import annotations
 
+import io
 import re
 import shlex
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -75,7 +77,8 @@ def test_the_in_memory_examples_run(impl: ModuleType, monkeypatch: pytest.Monkey
     assert made[0].counts["succeeded"] == 1 and type(made[0].transport) is impl.InMemoryTransport
 
 
-def test_the_poison_example_and_the_operator_command_lines(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_poison_example_and_the_operator_command_lines(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     ns = _run(_blocks()[2])
     path = ns["path"]
     lines = [line[2:] for line in _blocks("console")[0].splitlines() if line.startswith("$ ")]
@@ -87,9 +90,13 @@ def test_the_poison_example_and_the_operator_command_lines(capsys: pytest.Captur
     for line in lines[1:]:
         argv = [path if a == "queue.db" else a for a in shlex.split(line)]
         assert argv[0] == "leasequeue"
+        monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # skip asks first: the operator answers y
         capsys.readouterr()
         assert main(argv[1:]) == 0, line
-        outputs.append(capsys.readouterr().out)
+        captured = capsys.readouterr()
+        outputs.append(captured.out)
+        if " skip " in line and "--yes" not in argv:
+            assert "[y/N]" in captured.err
     assert "order-17" in outputs[0] and "buried" in outputs[0]  # groups --state buried
     assert "'12,50'" in outputs[1] and "'3.00'" in outputs[1]   # peek -n 2, head first
     assert "skipped seq 1 of order-17" in outputs[2]
