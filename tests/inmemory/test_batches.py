@@ -147,7 +147,8 @@ BAD_ITEMS = [
     ([None], TypeError),
     ([("g",)], ValueError),
     ([()], ValueError),
-    ([("g", "e", 0, 1)], ValueError),
+    ([("g", "e", 0, None, 1)], ValueError),  # five fields (0.6 accepts a fourth, the key)
+    ([("g", "e", 0, 1)], TypeError),  # a key that is not a str
     ([(7, "e")], TypeError),
     ([("g", "e", 1.5)], TypeError),
     ([("g", "e", True)], TypeError),

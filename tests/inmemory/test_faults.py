@@ -405,7 +405,7 @@ def test_event_finaliser_claims_and_acks_from_the_same_transport(transport: Any,
     run_with_deadline(scenario)
     # h was never claimed, so it comes before g; then one message ("second") is
     # left, free: stats (messages, groups, leased, parked, paused, buried) and len say so
-    assert log == ["third", (1, 1, 0, 0, 0, 0), 1]
+    assert log == ["third", (1, 1, 0, 0, 0, 0, 0), 1]
     remaining = transport.claim("w", 10)
     assert remaining.event == "second"
     transport.ack(remaining)

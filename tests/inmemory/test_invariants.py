@@ -243,7 +243,7 @@ def make_machine(impl: Any) -> type:
             now = self._now()
             leased = sum(1 for g in self.groups.values() if g.lock and g.lock[0] == "leased" and g.lock[1] >= now)
             parked = sum(1 for g in self.groups.values() if g.lock and g.lock[0] == "parked" and g.lock[1] >= now)
-            assert tuple(self.t.stats()) == (held, len(self.groups), leased, parked, 0, 0)  # nothing paused or buried
+            assert tuple(self.t.stats()) == (held, len(self.groups), leased, parked, 0, 0, 0)  # none paused/buried/scheduled
 
         @invariant()
         def fifo_heads(self) -> None:

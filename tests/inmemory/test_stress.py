@@ -905,7 +905,7 @@ class _Run:
         # the transport agrees with the log at the end: everything acked
         self.clock.reset()
         stats = tuple(t.stats())
-        if len(t) != 0 or stats != (0, 0, 0, 0, 0, 0):
+        if len(t) != 0 or stats != (0, 0, 0, 0, 0, 0, 0):
             problems.append(f"after the run: len={len(t)} stats={stats}, expected empty")
         if len(log.deliveries) < len(log.published) - log.purged:
             problems.append("fewer deliveries than messages")

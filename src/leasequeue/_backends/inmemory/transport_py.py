@@ -1,8 +1,8 @@
 """Pure-Python ``InMemoryTransport``: the readable twin of the Cython core.
 
-This module is where a reader learns the algorithm; ``_inmemory_c.pyx``
+This module is where a reader learns the algorithm; ``transport_c.pyx``
 implements the same structures over C arrays and must behave identically.
-The contract is ``SPEC.md``; ``docs/decisions.md`` pins what it leaves open.
+The contract is ``docs/contract.md``; ``docs/decisions.md`` pins what it leaves open.
 
 How a claim stays O(log G) (G = groups), whatever the number of messages:
 
@@ -70,8 +70,9 @@ import random
 import threading
 import time
 from bisect import insort
+from collections import deque
 from heapq import heapify, heappop, heappush
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from . import waiting as _waiting
 from ..._errors import LeaseLost
@@ -82,7 +83,8 @@ from ..._validation import (
     check_count as _check_count,
     check_duration as _check_duration,
     check_id as _check_id,
-    check_item as _check_item,
+    check_key as _check_key,
+    check_keyed_item as _check_keyed_item,
     check_priority as _check_priority,
     check_reason as _check_reason,
     check_time as _check_time,
@@ -109,12 +111,16 @@ _NEVER_CLAIMED = 2**62
 _FREE = 0  # not locked (possibly an expired lease whose delivery is still open)
 _LEASED = 1
 _PARKED = 2
+_SCHEDULED = 3  # a head published with a delay, not yet seen due: no holder, not counted as parked
 
 _INF = math.inf
 
 # The default ``timeout`` of ``claim``: compared by identity first, so that a
 # claim that does not wait pays one test for the argument.
 _NO_WAIT = 0.0
+# The default ``delay`` of ``publish``, compared by identity likewise: a
+# publish without delay or key pays two identity tests.
+_NO_DELAY = 0.0
 
 
 _osetattr = object.__setattr__
@@ -246,9 +252,16 @@ def _durable_lease(
 
 
 def _issue(
-    seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int, owner: object
+    seq: int,
+    group_id: str,
+    event: Any,
+    worker_id: str,
+    expires_at: float,
+    attempt: int,
+    owner: object,
+    delivery: Optional[int],
 ) -> Lease:
-    """Build a lease stamped with its transport's owner token."""
+    """Build a lease stamped with its transport's owner token, naming delivery ``delivery``."""
     lease = _LeaseBuilder()
     lease.seq = seq
     lease.group_id = group_id
@@ -257,7 +270,7 @@ def _issue(
     lease.expires_at = expires_at
     lease.attempt = attempt
     lease._owner = owner
-    lease._delivery = None  # TODO(part 5): the claim number
+    lease._delivery = delivery
     lease.__class__ = Lease  # type: ignore[assignment]
     return lease  # type: ignore[return-value]
 
@@ -269,10 +282,11 @@ def _lost_message(lease: Lease) -> str:
     )
 
 
+
 # --------------------------------------------- validation.pxi: argument checks
 #
 # The argument checks are ``_validation.py``'s, shared with the other
-# backends (the Cython twin's are ``_inmemory_validation.pxi``).
+# backends (the Cython twin's are ``validation.pxi``).
 
 
 def _check_lease(lease: Any) -> Lease:
@@ -286,12 +300,12 @@ def _check_lease(lease: Any) -> Lease:
 # ------------------------------------------------- ids.pxi: the group-id table
 #
 # Group id -> group: the transport's dict ``_groups`` (the Cython twin's
-# ``IdTable`` in ``_inmemory_ids.pxi``, an open-addressing table of slots).
+# ``IdTable`` in ``ids.pxi``, an open-addressing table of slots).
 
 
 # ---------------------------------- ready.pxi: ready heaps and the level treap
 #
-# The Cython twin's ``ReadySet`` (``_inmemory_ready.pxi``).  Here a level's
+# The Cython twin's ``ReadySet`` (``ready.pxi``).  Here a level's
 # heap is lazy: a group leaving it only goes stale (``_Group.ready_key``),
 # and stale entries are skipped or compacted away.
 
@@ -391,13 +405,13 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
 # The transport's ``_expiry``: a lazy heapq list of (expires_at, tick, group);
 # an entry is live while its tick is its group's ``tick``
 # (``InMemoryTransport._lock_group``, ``_unlock``, ``_expire``).  The Cython
-# twin's ``ExpiryHeap`` (``_inmemory_expiry.pxi``) is indexed instead.
+# twin's ``ExpiryHeap`` (``expiry.pxi``) is indexed instead.
 
 
 # -------------------------------------- storage.pxi: message and group storage
 #
 # One ``_Group`` per group, its messages in a list on it; the Cython twin's
-# ``GroupStore``/``MessageStore`` (``_inmemory_storage.pxi``) hold records
+# ``GroupStore``/``MessageStore`` (``storage.pxi``) hold records
 # in C arrays by slot.
 
 
@@ -411,17 +425,17 @@ class _Group:
 
     __slots__ = (
         "group_id",
-        "messages",  # list of (seq, event); entries before ``head`` are spent
+        "messages",  # list of (seq, event) or (seq, event, due, key); entries before ``head`` are spent
         "head",
         "level",
         "key",  # round-robin key (see module docstring)
         "ready_key",  # == key while the group sits in its level's heap, else None
         "last_claimed_at",
         "attempt",  # deliveries of the head message so far
-        "open",  # the head's latest delivery is still current (not acked/nacked)
-        "lock",  # _FREE / _LEASED / _PARKED
+        "open",  # the head's latest delivery (the claim numbered ``key``) is still current
+        "lock",  # _FREE / _LEASED / _PARKED / _SCHEDULED
         "worker_id",
-        "expires_at",
+        "expires_at",  # end of the lease or park, or the scheduled head's due
         "tick",  # id of this group's live expiry-heap entry, 0 if none
         "paused",  # by ``pause()``: never made ready while set
         "reason",  # by ``bury()``: its reason while buried (never made ready), else None
@@ -465,6 +479,7 @@ def _view(group: _Group) -> Tuple[Any, ...]:
     head = group.head
     reason = group.reason
     expires_at: Optional[float] = None
+    due_at: Optional[float] = None
     if reason is not None:  # buried: the buried delivery's worker and attempt, no end
         state = "buried"
         holder: Optional[str] = group.buried_by
@@ -473,6 +488,11 @@ def _view(group: _Group) -> Tuple[Any, ...]:
         state = "paused" if group.paused else "ready"
         holder = None
         attempt = None
+    elif lock == _SCHEDULED:  # the head is not due: below a pause in precedence
+        state = "paused" if group.paused else "scheduled"
+        holder = None
+        attempt = None
+        due_at = group.expires_at
     else:
         state = "leased" if lock == _LEASED else "parked"
         holder, expires_at, attempt = group.worker_id, group.expires_at, group.attempt
@@ -488,13 +508,46 @@ def _view(group: _Group) -> Tuple[Any, ...]:
         attempt,
         group.last_claimed_at if group.key > 0 else None,
         reason,
+        due_at,
     )
+
+
+def _message(entry: Tuple[Any, ...], attempt: int) -> Message:
+    """``peek``'s view of one FIFO entry."""
+    if len(entry) == 2:
+        return Message(entry[0], entry[1], attempt)
+    return Message(entry[0], entry[1], attempt, entry[2], entry[3])
+
+
+# The idempotency keys (SPEC Part 5, "Once"), part of the storage:
+# ``InMemoryTransport._keys`` maps ``(group_id, key)`` to
+# the ``_KeyHold`` of the message that stored the key: O(1) expected per
+# check.  A hold is *held* while its message is (``held``) or, with
+# ``dedup_window > 0``, while ``now < at + dedup_window``.  A message that
+# leaves (ack, skip, purge) deletes its hold at once when the window is 0
+# or already over, else marks it not held; ``_key_order`` (a deque of the
+# holds of a finite, non-zero window, in publish order, which is ``at``
+# order since the transport's time never runs back) lets each keyed publish
+# drop, from its front, the holds whose window is over and whose message
+# left.  So memory is O(keys held + keys published within the window).
+
+
+class _KeyHold:
+    """The message holding an idempotency key in its group."""
+
+    __slots__ = ("seq", "at", "held", "name")
+
+    def __init__(self, seq: int, at: float, name: Tuple[str, str]) -> None:
+        self.seq = seq  # the holder: what a publish with this key returns
+        self.at = at  # the transport time of the storing publish
+        self.held = True  # its message is still in the transport
+        self.name = name  # (group_id, key): its entry in the table
 
 
 # --------------------------------------------- waiters.pxi: the waiting claims
 #
 # Waiting claims (``claim(timeout=...)``, ``aclaim``): the Cython twin's
-# ``_inmemory_waiters.pxi``.  Sleeping and waking is ``_waiting.py``, shared
+# ``waiters.pxi``.  Sleeping and waking is ``waiting.py``, shared
 # by both twins; the core keeps the queue of waiting claims under its lock
 # and serves it there (``InMemoryTransport._serve_locked``).
 #
@@ -555,11 +608,11 @@ def _view(group: _Group) -> Tuple[Any, ...]:
 # so that ``_undo`` can take it back exactly when the waiter is interrupted
 # before it returns the lease.  The record leaves the queue and is promised
 # a wake (``_promise``: at most one outstanding per record, see
-# ``_waiting.py``); the wakes run after the lock is released (``_wake``).
+# ``waiting.py``); the wakes run after the lock is released (``_wake``).
 #
 # A waiting claim is woken only when it was served or closed (or by its own
 # deadline), never to look at the clock: expiry is watched by the
-# transport's expiry timer (``_waiting.py``).  Whenever claims wait and the
+# transport's expiry timer (``waiting.py``).  Whenever claims wait and the
 # earliest expiry is earlier than ``_timer_at`` (the clock time the timer is
 # armed for), ``_arm_timer`` lowers it and the timer is poked after the lock
 # is released; the timer calls ``_timer_fire`` when that time is due.
@@ -584,6 +637,7 @@ class _Waiter:
         "event",
         "expires_at",
         "attempt",
+        "delivery",  # the claim number of the hand-off
         # what the hand-off changed, for an exact undo
         "prev_key",
         "prev_claimed_at",
@@ -605,7 +659,9 @@ class _Waiter:
         self.event: Any = None
         self.expires_at = 0.0
         self.attempt = 0
+        self.delivery = 0
         self.prev_key = 0
+
         self.prev_claimed_at = 0.0
         self.prev_open = False
 
@@ -659,16 +715,20 @@ class InMemoryTransport:
     asyncio event loop; ``close()`` ends every wait.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, *, dedup_window: float = 0.0) -> None:
         if not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        window = _check_duration(dedup_window, "dedup_window")
         self._clock = clock
+        self._dedup_window = window
         # Re-entrant, so that user code the garbage collector runs in the
         # middle of an operation (a finaliser) can publish without
         # deadlocking; ``_busy`` tells such a nested call apart (see publish).
         self._lock = threading.RLock()
         self._busy = False
-        self._pending: List[Tuple[int, str, Any, int]] = []
+        # publishes from nested user code: (seq, group_id, event, priority), or
+        # (seq, group_id, event, priority, due, key) for one with a delay or a key
+        self._pending: List[Tuple[Any, ...]] = []
         self._owner = object()  # stamped on every lease this transport issues
         self._groups: Dict[str, _Group] = {}
         self._groups_shrink_below = 0  # copy _groups when it drains below this
@@ -694,7 +754,7 @@ class InMemoryTransport:
         self._wfloors: List[int] = []  # the floors of _wqueues, ascending
         self._arrivals = 0
         self._timer_at = _INF  # clock time the expiry timer is armed for
-        self._timer: Any = None  # the expiry timer (_waiting.py), started on first use
+        self._timer: Any = None  # the expiry timer (waiting.py), started on first use
         self._poke = False  # the timer must be poked after the lock is released
         self._orphans: List[_Waiter] = []  # records ended from nested user code (see _wait_end)
         # records for _hand_new, made by a claim before it waits (see _wait_start)
@@ -704,16 +764,35 @@ class InMemoryTransport:
         self._paused = 0  # groups paused
         self._idle = 0  # groups holding no message (each one paused)
         self._buried = 0  # groups buried
+        # Part 5 (see the module docstring, "Later" and "Once")
+        self._extras = 0  # held messages with a due or a key (FIFO entries of four fields)
+        self._sched: Dict[int, float] = {}  # seq -> due of the messages counted as scheduled
+        self._sched_heap: List[Tuple[float, int]] = []  # (due, seq), lazy: drained by stats
+        self._keys: Dict[Tuple[str, str], _KeyHold] = {}  # (group_id, key) -> its hold
+        self._key_order: Deque[_KeyHold] = deque()  # holds of a finite window > 0, in publish order
 
     # -------------------------------------------------------------- public
 
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+    def publish(
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = _NO_DELAY, key: Optional[str] = None
+    ) -> int:
         """Append ``event`` to group ``group_id``; return its sequence number.
 
         Sequence numbers are 1, 2, 3, ... and never reused.  ``priority`` is
         taken when the group is created (its first message, or the first after
         it was emptied) and ignored otherwise.
+
+        ``delay > 0`` schedules the message until ``due = now + delay``: it is
+        not delivered while ``due >= now``, and while it is its group's oldest
+        message and not due its group waits behind it (FIFO holds).  ``key``
+        (a ``str``, scoped to the group) makes the publish idempotent: while
+        the key is held (its message is in the transport, or was published
+        less than ``dedup_window`` seconds ago), a publish with it publishes
+        nothing and returns the holder's seq.  The clock is read once when
+        ``delay > 0``, or with a key and ``dedup_window > 0``.
         """
+        if key is not None or delay is not _NO_DELAY:
+            return self._publish_later(group_id, event, priority, delay, key)
         if type(group_id) is not str:
             group_id = _check_id(group_id, "group_id")
         if type(priority) is not int or not _INT64_MIN <= priority <= _INT64_MAX:
@@ -844,22 +923,24 @@ class InMemoryTransport:
                         expires_at = now + visibility
                         self._lease_ready(group, worker_id, now, expires_at)
                 if group is not None:
-                    seq, event = group.messages[group.head]  # type: ignore[misc]
+                    entry = group.messages[group.head]
                     group_id = group.group_id
                     attempt = group.attempt
+                    delivery = group.key  # the claim's number
             finally:
                 self._settle()
         if self._nwaiting:  # expiry may have freed groups; our lease may expire first
             self._serve_waiters(now)
         if group is None:
             return None
-        lease.seq = seq
+        lease.seq = entry[0]  # type: ignore[index]
         lease.group_id = group_id
-        lease.event = event
+        lease.event = entry[1]  # type: ignore[index]
         lease.worker_id = worker_id
         lease.expires_at = expires_at
         lease.attempt = attempt
         lease._owner = self._owner
+        lease._delivery = delivery
         lease.__class__ = Lease  # type: ignore[assignment]
         return lease  # type: ignore[return-value]
 
@@ -880,6 +961,8 @@ class InMemoryTransport:
                 group = self._current(lease)
                 if group is None:
                     spent = None
+                elif self._extras:  # some message has a due or a key: the general way
+                    spent = self._ack_current(group)
                 else:
                     messages = group.messages
                     head = group.head + 1
@@ -919,6 +1002,22 @@ class InMemoryTransport:
         parked it blocks its whole group.  The group keeps its round-robin
         position.  Raises ``LeaseLost`` if the lease is not current.
         """
+        self._give_back(lease, delay, False)
+
+    def release(self, lease: Lease, delay: float = 0.0) -> None:
+        """Hand a delivery back without counting it: ``nack`` that does not spend an attempt.
+
+        Exactly ``nack(lease, delay)`` (the delivery ends; ``delay == 0``
+        frees the message now, ``delay > 0`` parks it; same checks, clock
+        reading, round-robin position and wake-ups), then the message's
+        attempt count goes back to ``lease.attempt - 1``: its next delivery
+        carries the same ``attempt`` as this one.  The released lease is
+        never current again.  Raises ``LeaseLost`` if the lease is not current.
+        """
+        self._give_back(lease, delay, True)
+
+    def _give_back(self, lease: Lease, delay: float, release: bool) -> None:
+        """``nack`` (``release`` False) or ``release`` (True)."""
         _check_lease(lease)
         delay = _check_duration(delay, "delay")
         now = _check_time(self._clock()) if delay > 0.0 else 0.0
@@ -941,6 +1040,8 @@ class InMemoryTransport:
                         if group.ready_key is not None:
                             self._unready(group)
                     group.open = False
+                    if release:
+                        group.attempt = lease.attempt - 1
             finally:
                 self._settle()
         if group is None:
@@ -981,13 +1082,17 @@ class InMemoryTransport:
         if self._nwaiting:
             self._serve_waiters(now)
         return _issue(
-            lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt, self._owner
+            lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt, self._owner,
+            lease._delivery,
         )
 
     def stats(self) -> TransportStats:
-        """Counts now: messages held, groups, live leases, parked messages.
+        """Counts now: messages held, groups, live leases, parked messages,
+        paused and buried groups, scheduled messages.
 
-        Expired leases and parks (``expires_at < now``) count as neither.
+        Expired leases and parks (``expires_at < now``) count as neither;
+        ``scheduled`` counts the messages published with a delay whose
+        ``due >= now``, wherever they stand in their group.
         """
         now = _check_time(self._clock())
         with self._lock:
@@ -996,8 +1101,9 @@ class InMemoryTransport:
             self._busy = True
             try:
                 now = self._advance(now)
+                scheduled = self._count_scheduled(now) if self._sched else 0
                 counts = (self._messages, len(self._groups) - self._idle, self._leased, self._parked, self._paused,
-                          self._buried)
+                          self._buried, scheduled)
             finally:
                 self._settle()
         if self._nwaiting:
@@ -1069,8 +1175,10 @@ class InMemoryTransport:
                             self._idle -= 1
                             self._forget(group)
                         else:
-                            if group.ready_key is None and group.lock != _LEASED:
+                            lock = group.lock
+                            if group.ready_key is None and (lock == _FREE or lock == _PARKED):
                                 self._make_ready(group)  # allocates: first, while nothing changed
+
                             if group.paused:
                                 group.paused = False
                                 self._paused -= 1
@@ -1144,9 +1252,11 @@ class InMemoryTransport:
         """What group ``group_id`` is doing now, or ``None`` if there is no such group.
 
         Reads the clock and applies expiry first, as ``stats`` does, so the
-        state is as of ``now``: ``"leased"`` or ``"parked"`` while the head
-        message's lease or park has not expired (paused or not), else
-        ``"buried"`` (``reason`` says why), ``"paused"`` or ``"ready"``.
+        state is as of ``now``: ``"buried"`` (``reason`` says why), else
+        ``"leased"`` or ``"parked"`` while the head message's lease or park
+        has not expired (paused or not), else ``"paused"``, ``"scheduled"``
+        (the head was published with a delay and is not due: ``due_at``, also
+        reported while paused) or ``"ready"``.
         """
         if type(group_id) is not str:
             group_id = _check_id(group_id, "group_id")
@@ -1262,9 +1372,11 @@ class InMemoryTransport:
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The oldest ``max_count`` messages of group ``group_id``, head first.
 
-        Whatever their state (ready, leased, parked, paused, buried), as
-        ``Message(seq, event, attempt)`` with the event by reference and
-        ``attempt`` the deliveries so far; ``[]`` for an unknown group.
+        Whatever their state (ready, leased, parked, paused, buried,
+        scheduled), as ``Message(seq, event, attempt, due_at, key)`` with the
+        event by reference, ``attempt`` the deliveries so far, ``due_at`` the
+        due time it was published with (``None`` without a delay) and ``key``
+        its idempotency key (or ``None``); ``[]`` for an unknown group.
         ``max_count`` is an ``int >= 0``.  Reads no clock and changes
         nothing: O(1 + max_count).
         """
@@ -1287,22 +1399,79 @@ class InMemoryTransport:
                     attempt = group.attempt
             finally:
                 self._settle()
-        out = [Message(seq, event, 0) for seq, event in taken]  # only the head has been delivered
+        out = [_message(entry, 0) for entry in taken]  # only the head has been delivered
         if out:
-            out[0] = Message(out[0].seq, out[0].event, attempt)
+            out[0] = _message(taken[0], attempt)
         return out
+
+    def retry(self, group_id: str) -> bool:
+        """The operator's "run it again from scratch": ``True`` if done.
+
+        Reads the clock and applies expiry first, as ``skip`` does.  Unless
+        the group is unknown, holds no message, or its head is under a lease
+        that has not expired (then ``False``, nothing changed): the head's
+        attempt count goes back to 0 (its next delivery is attempt 1), a
+        bury is lifted, a park ends, and an expired lease's delivery is
+        closed (that lease stops being current); a pause and a schedule
+        stay, and so do the round-robin position and ``last_claimed_at``.
+        The head is then claimable unless the group is paused or the head
+        is scheduled, and wakes a waiting claim.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        now = _check_time(self._clock())
+        with self._lock:
+            if self._busy:
+                raise _reentered("retry")
+            self._busy = True
+            try:
+                now = self._advance(now)
+                group = self._groups.get(group_id)
+                # after expiry a lock still set is live: a lease holds the head
+                done = group is not None and group.head < len(group.messages) and group.lock != _LEASED
+                if done:
+                    assert group is not None
+                    lock = group.lock
+                    if group.ready_key is None and not group.paused and (lock == _FREE or lock == _PARKED):
+                        self._make_ready(group)  # allocates: first, while nothing changed
+                    if lock == _PARKED:
+                        self._unlock(group)  # the park ends
+                    if group.reason is not None:
+                        group.reason = None
+                        self._buried -= 1
+                    group.open = False  # an expired lease's delivery is closed
+                    group.attempt = 0
+            finally:
+                self._settle()
+        if self._nwaiting:  # the head, and whatever expiry freed
+            self._serve_waiters(now)
+        return done
 
     # -------------------------------------------------------------- batches
 
-    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]:
-        """Publish ``(group_id, event)`` or ``(group_id, event, priority)`` items; return their seqs.
+    def publish_many(self, items: Iterable[Tuple[Any, ...]], *, delay: float = 0.0) -> List[int]:
+        """Publish ``(group_id, event[, priority[, key]])`` items; return their seqs.
 
         Every item is checked before any is published (one bad item: its
-        error, nothing published); then they are published in order, with
-        consecutive seqs, under one lock, leaving the transport exactly as
-        publishing them one by one would.  Items must be tuples.
+        error, nothing published), then ``delay``; then they are published
+        in order under one lock, leaving the transport exactly as publishing
+        them one by one would (``publish(group_id, event, priority,
+        delay=delay, key=key)``, with one clock reading for the lot).  An
+        item whose key is held, or repeats the key of an earlier item of the
+        batch in the same group, publishes nothing and gets the holder's
+        seq; the new messages get consecutive seqs in item order.  Items
+        must be tuples.
         """
-        batch = [_check_item(item) for item in list(items)]
+        batch = [_check_keyed_item(item) for item in list(items)]
+        if type(delay) is not float or not delay >= 0.0:
+            delay = _check_duration(delay, "delay")
+        keyed = False
+        for item in batch:
+            if item[3] is not None:
+                keyed = True
+                break
+        if keyed or (delay > 0.0 and batch):
+            return self._publish_many_later(batch, delay, keyed)
         count = len(batch)
         with self._lock:
             if self._busy:
@@ -1312,7 +1481,7 @@ class InMemoryTransport:
                 first = self._seq + 1
                 self._seq += count  # reserved: a nested publish gets a later seq
                 try:
-                    self._add_batch(first, batch)
+                    self._add_batch(first, batch, None, 0.0)
                 except BaseException:
                     if self._seq == first + count - 1:  # nothing published since: free again
                         self._seq = first - 1
@@ -1338,10 +1507,11 @@ class InMemoryTransport:
         if type(min_priority) is not int or not _INT64_MIN <= min_priority <= _INT64_MAX:
             min_priority = _check_priority(min_priority, "min_priority")
         now = _check_time(self._clock())
-        taken: List[Tuple[int, str, Any, int]] = []
+        taken: List[Tuple[int, str, Any, int, int]] = []
         with self._lock:
             if self._busy:
                 raise _reentered("claim_many")
+
             self._busy = True
             try:
                 now = self._advance(now)
@@ -1361,8 +1531,8 @@ class InMemoryTransport:
         if self._nwaiting:  # expiries it did not claim; its leases may expire first
             self._serve_waiters(now)
         owner = self._owner
-        return [_issue(seq, group_id, event, worker_id, expires_at, attempt, owner)
-                for seq, group_id, event, attempt in taken]
+        return [_issue(seq, group_id, event, worker_id, expires_at, attempt, owner, delivery)
+                for seq, group_id, event, attempt, delivery in taken]
 
     def ack_many(self, leases: Iterable[Lease]) -> List[Lease]:
         """Ack every current lease, in order; return the ones that were not current.
@@ -1422,8 +1592,8 @@ class InMemoryTransport:
         now = self._clock()
         if type(now) is not float or now - now != 0.0:
             now = _check_time(now)
-        spent: Tuple[int, Any]  # the acked (seq, event): dropped after the lock is released
-        taken: Optional[Tuple[int, str, Any, int]]  # what the claim half leased, if anything
+        spent: Tuple[Any, ...]  # the acked FIFO entry: dropped after the lock is released
+        taken: Optional[Tuple[int, str, Any, int, int]]  # what the claim half leased, if anything
         with self._lock:
             if self._busy:
                 raise _reentered("ack_and_claim")
@@ -1447,8 +1617,8 @@ class InMemoryTransport:
             self._serve_waiters(now)
         if taken is None:
             return None
-        seq, group_id, event, attempt = taken
-        return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner)
+        seq, group_id, event, attempt, delivery = taken
+        return _issue(seq, group_id, event, worker_id, expires_at, attempt, self._owner, delivery)
 
     def __copy__(self) -> "InMemoryTransport":
         raise TypeError("an InMemoryTransport cannot be copied")
@@ -1527,16 +1697,16 @@ class InMemoryTransport:
     # Everything below runs with self._lock held.
 
     def _current(self, lease: Lease) -> Optional[_Group]:
-        """The lease's group if the lease is current, else None."""
+        """The lease's group if the lease is current, else None: fencing by
+        delivery.  A group's open delivery is the claim numbered ``group.key``
+        (claim numbers are never reused), so a lease is current while its
+        ``_delivery`` is that number and the delivery is open, whatever its
+        ``attempt`` (``release`` and ``retry`` may give a later delivery the
+        same one)."""
         if lease._owner is not self._owner:
             return None
         group = self._groups.get(lease.group_id)
-        if (
-            group is None
-            or not group.open
-            or group.attempt != lease.attempt
-            or group.messages[group.head][0] != lease.seq  # type: ignore[index]
-        ):
+        if group is None or not group.open or group.key != lease._delivery:
             return None
         return group
 
@@ -1554,7 +1724,7 @@ class InMemoryTransport:
             if messages:
                 messages.append((seq, event))
             else:  # an empty paused group
-                self._refill(group, seq, event)
+                self._refill(group, (seq, event))
             self._messages += 1
             return
         level = self._levels.get(priority)
@@ -1578,21 +1748,328 @@ class InMemoryTransport:
         level.groups += 1
         self._messages += 1
 
+    def _publish_later(self, group_id: Any, event: Any, priority: Any, delay: Any, key: Any) -> int:
+        """``publish`` with a ``delay`` or a ``key`` argument (see its docstring).
+
+        Checks in order (``group_id``, ``priority``, ``delay``, ``key``), then
+        one clock reading if ``delay > 0`` or a key meets ``dedup_window >
+        0``.  A held key changes nothing but the transport's time and wakes
+        nobody; a new message is added by ``_add_x`` (a head with a due takes
+        the scheduled state); a delayed one wakes nobody either, but the
+        serving that follows arms the expiry timer for its due.
+        """
+        if type(group_id) is not str:
+            group_id = _check_id(group_id, "group_id")
+        if type(priority) is not int or not _INT64_MIN <= priority <= _INT64_MAX:
+            priority = _check_priority(priority, "priority")
+        delay = _check_duration(delay, "delay")
+        key = _check_key(key)
+        if delay == 0.0 and key is None:
+            return self.publish(group_id, event, priority)
+        window = self._dedup_window
+        now: Optional[float] = None
+        if delay > 0.0 or (key is not None and window > 0.0):
+            now = _check_time(self._clock())
+        with self._lock:
+            if now is not None:
+                if now < self._time:  # another thread already used a later time
+                    now = self._time
+                else:
+                    self._time = now
+            at = 0.0 if now is None else now  # (a key's time matters only with a window, which read the clock)
+            due = at + delay if delay > 0.0 else None
+            if key is not None:
+                holder = self._held(group_id, key, at)
+                if holder is not None:
+                    return holder  # nothing published, nobody woken
+            if self._busy:
+                # Re-entered from user code in the middle of another operation
+                # (see publish): the message is added when that one finishes;
+                # its key is held from now on.
+                self._seq = seq = self._seq + 1
+                if key is not None:
+                    self._hold(group_id, key, seq, at)
+                self._pending.append((seq, group_id, event, priority, due, key))
+                return seq
+            self._busy = True
+            try:
+                if key is not None and self._key_order:
+                    self._drop_keys(at)
+                self._seq = seq = self._seq + 1
+                try:
+                    if key is not None:
+                        self._hold(group_id, key, seq, at)
+                    try:
+                        self._add_x(seq, group_id, event, priority, due, key)
+                    except BaseException:
+                        if key is not None:
+                            self._unhold(group_id, key, seq, True)
+                        raise
+                except BaseException:
+                    if self._seq == seq:  # nothing published since: the number is free again
+                        self._seq = seq - 1
+                    raise
+            finally:
+                self._settle()
+        if self._nwaiting:  # a message claimable now; or the timer armed for the due
+            self._serve_waiters(now)
+        return seq
+
+    def _publish_many_later(
+        self, batch: List[Tuple[str, Any, int, Optional[str]]], delay: float, keyed: bool
+    ) -> List[int]:
+        """``publish_many`` of a non-empty batch with a ``delay``, or with keys
+        (items checked, ``delay`` too).  Under the lock it first works out
+        which items publish (a held key, or one repeated in the batch, gives
+        the holder's seq), then adds those as ``_add_batch`` does: all or none."""
+        window = self._dedup_window
+        now: Optional[float] = None
+        if delay > 0.0 or (keyed and window > 0.0):
+            now = _check_time(self._clock())
+        result = [0] * len(batch)  # the seqs; -1 - i while it is "the i-th new message"
+        fresh: List[Tuple[str, Any, int, Optional[str]]] = []
+        with self._lock:
+            if self._busy:
+                raise _reentered("publish_many")
+            self._busy = True
+            try:
+                if now is not None:
+                    if now < self._time:
+                        now = self._time
+                    else:
+                        self._time = now
+                at = 0.0 if now is None else now
+                due = at + delay if delay > 0.0 else None
+                if keyed and self._key_order:
+                    self._drop_keys(at)
+                firsts: Dict[Tuple[str, str], int] = {}  # (group_id, key) -> index in fresh
+                for i, item in enumerate(batch):
+                    key = item[3]
+                    if key is not None:
+                        holder = self._held(item[0], key, at)
+                        if holder is not None:
+                            result[i] = holder
+                            continue
+                        name = (item[0], key)
+                        j = firsts.get(name)
+                        if j is not None:  # repeats an earlier item of the batch
+                            result[i] = -1 - j
+                            continue
+                        firsts[name] = len(fresh)
+                    result[i] = -1 - len(fresh)
+                    fresh.append(item)
+                count = len(fresh)
+                first = self._seq + 1
+                self._seq += count  # reserved: a nested publish gets a later seq
+                try:
+                    self._add_batch(first, fresh, due, at)
+                except BaseException:
+                    if self._seq == first + count - 1:  # nothing published since: free again
+                        self._seq = first - 1
+                    raise
+            finally:
+                self._settle()
+        for i, seq in enumerate(result):
+            if seq < 0:
+                result[i] = first - 1 - seq
+        if count and self._nwaiting:
+            self._serve_waiters(now)
+        return result
+
+    def _add_x(
+        self, seq: int, group_id: str, event: Any, priority: int, due: Optional[float], key: Optional[str]
+    ) -> None:
+        """``_add`` of a message with a due (None: none) or a key (its hold is
+        the caller's): its FIFO entry has four fields, it is counted as
+        scheduled while ``due >= now`` (``_sched``), and as its group's head it
+        takes the scheduled state.  A MemoryError leaves the transport as it was."""
+        entry = (seq, event, due, key)
+        if due is not None:
+            heappush(self._sched_heap, (due, seq))  # stale unless _sched holds seq with that due
+            self._sched[seq] = due
+        try:
+            group = self._groups.get(group_id)
+            if group is not None:
+                messages = group.messages
+                if messages:
+                    messages.append(entry)
+                else:  # an empty paused group
+                    self._refill(group, entry)
+            else:
+                level = self._levels.get(priority)
+                if level is None:
+                    level = _Level(priority, self._rng.random())
+                    self._levels[priority] = level
+                    self._root = _treap_insert(self._root, level)
+                try:
+                    group = _Group(group_id, level, seq, event)
+                    group.messages[0] = entry
+                    self._groups[group_id] = group
+                    try:
+                        if due is None:
+                            self._make_ready(group)
+                        else:
+                            self._schedule(group, due)
+                    except BaseException:
+                        del self._groups[group_id]
+                        raise
+                except BaseException:
+                    if level.groups == 0:  # made for this group alone
+                        del self._levels[priority]
+                        self._root = _treap_delete(self._root, priority)
+                    raise
+                level.groups += 1
+        except BaseException:
+            if due is not None:
+                del self._sched[seq]
+            raise
+        self._messages += 1
+        self._extras += 1
+
+    def _left(self, group_id: str, entry: Tuple[Any, ...], undo: bool) -> None:
+        """A message with a due or a key (FIFO entry ``entry``) left the
+        transport (``undo``: its publish is being taken back)."""
+        self._extras -= 1
+        seq = entry[0]
+        if entry[2] is not None:
+            sched = self._sched
+            if sched.pop(seq, None) is not None and len(self._sched_heap) > 2 * len(sched) + 64:
+                self._compact_sched()
+        key = entry[3]
+        if key is not None:
+            self._unhold(group_id, key, seq, undo)
+
+    def _count_scheduled(self, now: float) -> int:
+        """``stats().scheduled`` at ``now``: drop from ``_sched`` the messages
+        whose ``due < now`` (for good: the transport's time never runs back)."""
+        heap = self._sched_heap
+        sched = self._sched
+        while heap and heap[0][0] < now:
+            due, seq = heappop(heap)
+            if sched.get(seq) == due:
+                del sched[seq]
+        return len(sched)
+
+    def _compact_sched(self) -> None:
+        """Rebuild ``_sched_heap`` from ``_sched`` (its stale entries outnumber
+        the live ones): amortised O(1).  Best effort out of memory."""
+        try:
+            fresh = [(due, seq) for seq, due in self._sched.items()]
+        except MemoryError:
+            return
+        heapify(fresh)
+        self._sched_heap = fresh
+
+    def _schedule(self, group: _Group, due: float) -> None:
+        """Give ``group``'s head (published with a delay) the scheduled state
+        until ``due``, replacing any lock and taking the group out of the
+        ready set: like a park (an expiry-heap entry, so ``_expire`` makes
+        it ready once ``due < now``), but with no holder, not counted as
+        parked, and no delivery.  The one allocation (the entry) comes first."""
+        tick = 0
+        if due != _INF:  # never due: no entry
+            tick = self._tick + 1
+            heappush(self._expiry, (due, tick, group))  # stale until group.tick == tick
+            self._tick = tick
+        if group.ready_key is not None:
+            self._unready(group)  # all or nothing
+        if group.lock != _FREE or group.tick:
+            self._unlock(group)
+        group.lock = _SCHEDULED
+        group.expires_at = due
+        if tick:
+            group.tick = tick
+            self._live_expiry += 1
+            try:
+                self._maybe_rebuild_expiry(self._live_expiry)
+            except MemoryError:  # best effort: the stale entries stay
+                pass
+
+    # -- idempotency keys (the storage section's "keys")
+
+    def _held(self, group_id: str, key: str, now: float) -> Optional[int]:
+        """The seq of the message holding ``key`` in ``group_id`` at ``now``, or None."""
+        hold = self._keys.get((group_id, key))
+        if hold is None:
+            return None
+        if hold.held or now < hold.at + self._dedup_window:
+            return hold.seq
+        return None  # (its message left and the window is over: a new publish replaces it)
+
+    def _hold(self, group_id: str, key: str, seq: int, at: float) -> None:
+        """Message ``seq``, published at ``at``, holds ``key`` in ``group_id``."""
+        name = (group_id, key)
+        hold = _KeyHold(seq, at, name)
+        keys = self._keys
+        keys[name] = hold
+        window = self._dedup_window
+        if window > 0.0 and window != _INF:
+            try:
+                self._key_order.append(hold)
+            except BaseException:
+                del keys[name]
+                raise
+
+    def _unhold(self, group_id: str, key: str, seq: int, undo: bool) -> None:
+        """Message ``seq`` holding ``key`` left (``undo``: was never published):
+        its hold goes now, or, while the window since its publish lasts, is
+        kept as not held (``_drop_keys`` drops it later)."""
+        name = (group_id, key)
+        keys = self._keys
+        hold = keys.get(name)
+        if hold is None or hold.seq != seq:
+            return
+        window = self._dedup_window
+        if not undo and window > 0.0 and self._time < hold.at + window:
+            hold.held = False
+        else:
+            del keys[name]
+
+    def _drop_keys(self, now: float) -> None:
+        """Drop the holds whose window is over at ``now`` and whose message left
+        (the front of ``_key_order``); a hold still held leaves the deque and
+        goes when its message does (``_unhold``: the window is over then)."""
+        order = self._key_order
+        keys = self._keys
+        window = self._dedup_window
+        while order:
+            hold = order[0]
+            if now < hold.at + window:
+                break
+            order.popleft()
+            if not hold.held and keys.get(hold.name) is hold:
+                del keys[hold.name]
+
+    def _add_pending(self) -> None:
+        """Add the messages published from nested user code (see ``publish``)."""
+        pending = self._pending
+        while pending:
+            item = pending.pop(0)
+            if len(item) == 4:
+                self._add(*item)
+            else:
+                self._add_x(*item)
+
     def _settle(self) -> None:
         """End an operation: add messages published from nested user code, and
         undo the hand-offs of waits it ended when no claim is left waiting (with
         one waiting, the serving that follows ends them and serves it)."""
         pending = self._pending
         try:
-            while pending:
-                self._add(*pending.pop(0))
+            if pending:
+                self._add_pending()
+
             if self._orphans and not self._nwaiting:
                 self._end_orphans([])  # with nobody waiting, nothing to serve or wake
         finally:
             self._busy = False
 
-    def _add_batch(self, first: int, batch: List[Tuple[str, Any, int]]) -> None:
-        """Add ``batch`` as messages ``first``, ``first + 1``, ...: all or none.
+    def _add_batch(
+        self, first: int, batch: List[Tuple[str, Any, int, Optional[str]]], due: Optional[float], now: float
+    ) -> None:
+        """Add ``batch`` (``(group_id, event, priority, key)`` items) as
+        messages ``first``, ``first + 1``, ..., each due at ``due`` (None: no
+        delay), its key held from ``now``: all or none.
 
         A failure (MemoryError) takes back the messages added so far, newest
         first, so the transport is left as it was.
@@ -1603,18 +2080,33 @@ class InMemoryTransport:
         how = [0] * count  # 0: appended, 1: refilled an empty paused group, 2: created the group
         done = 0
         try:
-            for group_id, event, priority in batch:
+            for group_id, event, priority, key in batch:
                 group = groups.get(group_id)
                 how[done] = 2 if group is None else 0 if group.messages else 1
-                self._add(first + done, group_id, event, priority)
+                seq = first + done
+                if due is None and key is None:
+                    self._add(seq, group_id, event, priority)
+                else:
+                    if key is not None:
+                        self._hold(group_id, key, seq, now)
+                    try:
+                        self._add_x(seq, group_id, event, priority, due, key)
+                    except BaseException:
+                        if key is not None:
+                            self._unhold(group_id, key, seq, True)
+                        raise
                 added[done] = groups[group_id]
                 done += 1
         except BaseException:
             for i in range(done - 1, -1, -1):
                 group = added[i]
                 assert group is not None
-                group.messages.pop()
+                entry = group.messages.pop()
                 self._messages -= 1
+                if len(entry) > 2:
+                    self._left(batch[i][0], entry, True)
+                if how[i] and group.lock == _SCHEDULED:  # its head, scheduled: no longer
+                    self._unlock(group)
                 if how[i] == 2:
                     self._forget(group)
                 elif how[i] == 1:
@@ -1641,27 +2133,34 @@ class InMemoryTransport:
         self._paused += 1
         self._idle += 1
 
-    def _refill(self, group: _Group, seq: int, event: Any) -> None:
-        """The first message of an empty paused group."""
-        group.messages.append((seq, event))  # allocates: first, while nothing changed
+    def _refill(self, group: _Group, entry: Tuple[Any, ...]) -> None:
+        """The first message (FIFO entry ``entry``) of an empty paused group."""
+        group.messages.append(entry)  # allocates: first, while nothing changed
+        if len(entry) > 2 and entry[2] is not None:
+            try:
+                self._schedule(group, entry[2])
+            except BaseException:
+                group.messages.pop()
+                raise
         self._idle -= 1
         if group.key < 0:  # never claimed: placed by its oldest message
-            group.key = seq - _NEVER_CLAIMED
+            group.key = entry[0] - _NEVER_CLAIMED
 
     # -- claiming and acking in batches
 
     def _claim_next(
         self, worker_id: str, expires_at: float, min_priority: int, now: float
-    ) -> Optional[Tuple[int, str, Any, int]]:
+    ) -> Optional[Tuple[int, str, Any, int, int]]:
         """One claim of ``claim_many`` or ``ack_and_claim`` (expiry applied):
-        ``(seq, group_id, event, attempt)`` of the message leased, or None."""
-        entry = self._find(min_priority)
-        if entry is None:
+        ``(seq, group_id, event, attempt, delivery)`` of the message leased, or None."""
+        found = self._find(min_priority)
+        if found is None:
             return None
-        group = entry[1]
+        group = found[1]
         self._lease_ready(group, worker_id, now, expires_at)
-        seq, event = group.messages[group.head]  # type: ignore[misc]
-        return seq, group.group_id, event, group.attempt
+        entry = group.messages[group.head]
+        return entry[0], group.group_id, entry[1], group.attempt, group.key  # type: ignore[index]
+
 
     def _skip_head(self, group: _Group) -> Tuple[int, Any]:
         """``skip`` of ``group``'s head (not under a live lease): as an ack of
@@ -1690,21 +2189,34 @@ class InMemoryTransport:
             self._buried -= 1
         return spent
 
-    def _ack_current(self, group: _Group) -> Tuple[int, Any]:
-        """``ack`` of the current delivery of ``group`` (for ``ack_many``,
-        ``ack_and_claim``, ``skip``): returns the spent ``(seq, event)``,
-        which the caller drops after the lock."""
+    def _ack_current(self, group: _Group) -> Tuple[Any, ...]:
+        """``ack`` of the current delivery of ``group`` (for ``ack`` when some
+        message has a due or a key, ``ack_many``, ``ack_and_claim``,
+        ``skip``): returns the spent FIFO entry, which the caller drops after
+        the lock.  A next head published with a delay takes the scheduled
+        state (even if its due has passed: the next operation that reads the
+        clock frees it, as an expired park)."""
         messages = group.messages
         head = group.head + 1
-        if head < len(messages) and group.ready_key is None and not group.paused:
-            self._make_ready(group)  # allocates: first, while nothing changed
-        if group.lock != _FREE or group.tick:
+        due = None
+        if head < len(messages):
+            if self._extras:
+                nxt = messages[head]
+                if len(nxt) > 2:  # type: ignore[arg-type]
+                    due = nxt[2]  # type: ignore[index]
+            if due is None and group.ready_key is None and not group.paused:
+                self._make_ready(group)  # allocates: first, while nothing changed
+        if due is not None:
+            self._schedule(group, due)  # replaces any lock
+        elif group.lock != _FREE or group.tick:
             self._unlock(group)
         group.open = False
         group.attempt = 0
         spent = messages[head - 1]
         messages[head - 1] = None
         self._messages -= 1
+        if self._extras and len(spent) > 2:  # type: ignore[arg-type]
+            self._left(group.group_id, spent, False)  # type: ignore[arg-type]
         if head == len(messages):
             if group.paused:
                 self._keep_idle(group)
@@ -2060,11 +2572,19 @@ class InMemoryTransport:
     def _purge(self, group: _Group) -> None:
         """Drop ``group`` and its messages (the caller holds the message list,
         to release the events after the lock)."""
+        if self._extras:
+            group_id = group.group_id
+            messages = group.messages
+            for i in range(group.head, len(messages)):
+                entry = messages[i]
+                if len(entry) > 2:  # type: ignore[arg-type]
+                    self._left(group_id, entry, False)  # type: ignore[arg-type]
         if group.lock != _FREE or group.tick:
             self._unlock(group)
         group.open = False
         group.attempt = 0
         held = len(group.messages) - group.head
+
         if group.reason is not None:
             group.reason = None
             self._buried -= 1
@@ -2076,7 +2596,7 @@ class InMemoryTransport:
         self._messages -= held
         self._forget(group)
 
-    # -- waiting claims (the waiters section; _waiting.py is the other side)
+    # -- waiting claims (the waiters section; waiting.py is the other side)
 
     def _hand_new(self, seq: int, group_id: str, event: Any, priority: int, now: float) -> Optional[List[_Waiter]]:
         """``publish``'s locked step while claims wait (``now``: its clock
@@ -2187,6 +2707,7 @@ class InMemoryTransport:
         w.group_id = group_id
         w.expires_at = expires_at
         w.attempt = 1
+        w.delivery = claims
         nxt = w.next  # _dequeue of a FIFO's head, inline
         if nxt is None:
             del queues[w.floor]
@@ -2212,9 +2733,8 @@ class InMemoryTransport:
         """``publish``'s serving, in its own locked step after its message
         was added (``now``: the clock read before the lock): what
         ``_serve_waiters`` does under the lock.  Returns the waiters to wake."""
-        pending = self._pending
-        while pending:  # as _settle would have before a separate serving
-            self._add(*pending.pop(0))
+        if self._pending:  # as _settle would have before a separate serving
+            self._add_pending()
         if now < self._time:
             now = self._time
         else:
@@ -2325,9 +2845,8 @@ class InMemoryTransport:
         see ``_wait_end``); nobody would serve the waiting claims for that
         afterwards, so serve again until none of it is left."""
         while self._orphans or (self._nwaiting and (self._pending or self._closed)):
-            pending = self._pending
-            while pending:
-                self._add(*pending.pop(0))
+            if self._pending:
+                self._add_pending()
             self._serve_locked(now, chain)
 
     def _hand_off(self, w: _Waiter, group: _Group, now: float) -> None:
@@ -2339,10 +2858,13 @@ class InMemoryTransport:
         w.prev_open = group.open
         expires_at = now + w.visibility
         self._lease_ready(group, w.worker_id, now, expires_at)
-        w.seq, w.event = group.messages[group.head]  # type: ignore[misc]
+        entry = group.messages[group.head]
+        w.seq = entry[0]  # type: ignore[index]
+        w.event = entry[1]  # type: ignore[index]
         w.group_id = group.group_id
         w.expires_at = expires_at
         w.attempt = group.attempt
+        w.delivery = group.key
         self._dequeue(w)
         w.state = _W_HANDED
 
@@ -2351,12 +2873,7 @@ class InMemoryTransport:
         delivery is still current: the group is ready again with its old
         round-robin key, attempt count, open flag and ``last_claimed_at``."""
         group = self._groups.get(w.group_id)
-        if (
-            group is None
-            or not group.open
-            or group.attempt != w.attempt
-            or group.messages[group.head][0] != w.seq  # type: ignore[index]
-        ):
+        if group is None or not group.open or group.key != w.delivery:
             return False  # re-delivered since (its lease expired): nothing of it left
         if group.ready_key is not None:  # expired: ready under the hand-off's key
             self._unready(group)
@@ -2469,16 +2986,16 @@ class InMemoryTransport:
             _waiting.poke_timer(self)
 
     def _lease_of(self, w: _Waiter) -> Lease:
-        return _issue(w.seq, w.group_id, w.event, w.worker_id, w.expires_at, w.attempt, self._owner)
+        return _issue(w.seq, w.group_id, w.event, w.worker_id, w.expires_at, w.attempt, self._owner, w.delivery)
 
-    # -- waiting claims: what _waiting.py calls (see its docstring)
+    # -- waiting claims: what waiting.py calls (see its docstring)
 
     def _waiter(self, worker_id: str, visibility: float, min_priority: int, wake: Callable[[], None]) -> _Waiter:
         """A new waiter record (arguments already checked)."""
         return _Waiter(worker_id, visibility, min_priority, wake)
 
     def _wait_start(self, w: _Waiter) -> Optional[Lease]:
-        """Read the clock; claim for ``w`` or queue it (see ``_waiting.py``)."""
+        """Read the clock; claim for ``w`` or queue it (see ``waiting.py``)."""
         now = _check_time(self._clock())
         chain: List[_Waiter] = []
         # The records a direct hand-off of a new group needs (_hand_new), made
@@ -2575,6 +3092,7 @@ class InMemoryTransport:
                 lease.expires_at = w.expires_at
                 lease.attempt = w.attempt
                 lease._owner = self._owner
+                lease._delivery = w.delivery
                 lease.__class__ = Lease  # type: ignore[assignment]
                 return lease  # type: ignore[return-value]
         chain: List[_Waiter] = []

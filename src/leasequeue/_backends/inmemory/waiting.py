@@ -1,7 +1,7 @@
 """Waiting for work: the blocking and the asyncio side of a waiting claim,
 and the expiry timer.
 
-Shared by both in-memory transports (``_inmemory_py`` and ``_inmemory_c``).
+Shared by both in-memory transports (``transport_py`` and ``transport_c``).
 The transport's core keeps the waiting claims in a queue under its own lock
 and *hands messages off* to them there: an operation that makes a message
 claimable claims it on behalf of the longest waiting claim whose priority
