@@ -39,6 +39,44 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   does, whatever its lock, unless a live lease holds it; ``peek`` slices
   the group's FIFO: O(1 + k).
 
+SPEC Part 5 ("Later", "Once", "Honest attempts") adds three things, each
+paid for only by the messages and calls that use it (a publish, claim and
+ack without a delay or a key pay two identity tests and one branch):
+
+* **Fencing by delivery.**  A delivery is numbered by the claim counter:
+  the claim that makes it sets its group's round-robin key to that number,
+  and the lease carries it (``Lease._delivery``).  ``group.open`` says
+  whether that delivery is still open, so a lease is current exactly while
+  ``group.open and group.key == lease._delivery`` (``_current``): a lease
+  of a closed delivery (acked, nacked, released, buried, skipped, retried,
+  or expired and claimed again) never is, whatever its ``attempt``.
+  ``release`` is ``nack`` that then sets the attempt count back to
+  ``lease.attempt - 1``; ``retry`` resets it to 0, lifts a bury, ends a
+  park and closes an expired lease's open delivery.
+* **Later.**  A message published with a delay has a *due*.  Its FIFO entry
+  is ``(seq, event, due, key)`` instead of ``(seq, event)`` (as is a keyed
+  one's; ``_extras`` counts those held, so code on the hot path tests one
+  counter).  A scheduled *head* is modelled like a park: the group's lock
+  is ``_SCHEDULED`` with ``expires_at = due`` and an entry in the expiry
+  heap, so whatever ends a park (a claim's expiry pop, ``_advance``, the
+  expiry timer of waiting claims) makes it ready once ``due < now`` -- but
+  it has no holder, no delivery, and is not counted as parked.  A message
+  becomes the head when it is published into a group holding nothing, or
+  when an ack, skip (or batch form) takes the message before it; if it has
+  a due, its group then takes the scheduled state, even if the due has
+  passed (the next operation that reads the clock frees it).  A message
+  behind the head just carries its due.  ``stats().scheduled`` counts every
+  held message with ``due >= now``: ``_sched`` maps their seqs to their due,
+  and ``_sched_heap`` (``(due, seq)``, lazy) lets ``stats`` drop the ones
+  whose due has passed; a message that leaves drops its own, and the heap
+  is rebuilt from ``_sched`` when stale entries outnumber live ones.  So a
+  scheduled message costs its entry plus a heap entry and a ``_sched``
+  slot, as a parked one costs its entry plus an expiry entry.
+* **Once.**  ``_keys`` maps ``(group_id, key)`` to the ``_KeyHold`` of the
+  message holding it (see "The idempotency keys" in the storage section):
+  one dict lookup per keyed publish, nothing for the others.
+
+
 The sections below come in the order in which ``transport_c.pyx`` includes
 its ``.pxi`` files, each under a banner named after its file, so the two can
 be read side by side (``tests/inmemory/test_parity.py`` checks the banners):
@@ -404,8 +442,10 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
 #
 # The transport's ``_expiry``: a lazy heapq list of (expires_at, tick, group);
 # an entry is live while its tick is its group's ``tick``
-# (``InMemoryTransport._lock_group``, ``_unlock``, ``_expire``).  The Cython
-# twin's ``ExpiryHeap`` (``expiry.pxi``) is indexed instead.
+# (``InMemoryTransport._lock_group``, ``_schedule``, ``_unlock``,
+# ``_expire``).  A lease's or park's end, or a scheduled head's due.  The
+# Cython twin's ``ExpiryHeap`` (``expiry.pxi``) is indexed instead.
+
 
 
 # -------------------------------------- storage.pxi: message and group storage
@@ -552,11 +592,13 @@ class _KeyHold:
 # and serves it there (``InMemoryTransport._serve_locked``).
 #
 # THE ENTRY POINT.  Every operation that may have made a message claimable
-# (publish, ack, nack(0); the control plane's resume and set_priority; the
-# batches publish_many and ack_many), or that read the clock and so may have
-# expired locks or pushed an expiry earlier than the expiry timer is armed
-# for (claim, stats, extend, nack(delay > 0), claim_many, group(),
-# groups()), ends, *after* releasing the lock, with
+# (publish, ack, nack(0), release(0); the control plane's resume,
+# set_priority and retry; the batches publish_many and ack_many), or that
+# read the clock and so may have expired locks or pushed an expiry earlier
+# than the expiry timer is armed for (claim, stats, extend, nack(delay > 0),
+# release(delay > 0), claim_many, group(), groups(), skip, retry, a publish
+# with a delay: its due is such an expiry), ends, *after* releasing the
+# lock, with
 #
 #     if self._nwaiting:
 #         self._serve_waiters(now)    # its clock reading, or None if it read none
@@ -566,7 +608,11 @@ class _KeyHold:
 # group made ready, a ready group moved to another priority, a non-empty
 # batch, an ack done.  ``pause`` and ``purge`` make nothing claimable; a
 # purge may drop the expiry the timer is armed for, which then fires, finds
-# nothing due and re-arms for the next one (as after an ack).
+# nothing due and re-arms for the next one (as after an ack).  A publish
+# whose key is held publishes nothing and makes no such call: it wakes
+# nobody.  A scheduled head becoming due is an expiry like a park's end:
+# the timer (armed by the serving that follows the delayed publish, or the
+# ack that exposed the head) wakes a waiting claim for it.
 #
 # With nobody waiting that test is the whole cost.  ``_nwaiting`` is read
 # without the lock, which is enough: a waiting claim queues itself and serves
@@ -703,8 +749,10 @@ class InMemoryTransport:
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``,
     ``claim_many``, ``ack_and_claim``, ``extend``, ``stats``, ``group``,
-    ``groups``, ``skip`` and ``nack(delay > 0)`` (and by ``publish``,
-    ``ack``, ``nack(0)``, ``resume``, ``set_priority``, ``publish_many`` and
+    ``groups``, ``skip``, ``retry``, ``nack(delay > 0)``, ``release(delay >
+    0)``, and ``publish`` / ``publish_many`` with ``delay > 0`` or with a key
+    and ``dedup_window > 0`` (and by ``publish``, ``ack``, ``nack(0)``,
+    ``release(0)``, ``resume``, ``set_priority``, ``publish_many`` and
     ``ack_many`` while a claim waits for work), never while the transport's lock is held.  The
     transport's time never runs backwards: an operation whose clock reading
     is older than a time an earlier operation used (a racing thread, or a
@@ -713,6 +761,10 @@ class InMemoryTransport:
 
     ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
     asyncio event loop; ``close()`` ends every wait.
+
+    ``dedup_window`` (seconds, default ``0.0``; ``+inf`` accepted) is how
+    long an idempotency key stays held after the publish that stored it,
+    once its message has left (see ``publish``).
     """
 
     def __init__(self, clock: Callable[[], float] = time.time, *, dedup_window: float = 0.0) -> None:
@@ -1148,7 +1200,9 @@ class InMemoryTransport:
         """Lift a pause and a bury, and end a park; ``True`` if any was there.
 
         A parked or buried message is claimable at once, its attempt count
-        unchanged (its next delivery is ``attempt + 1``).
+        unchanged (its next delivery is ``attempt + 1``).  A schedule stays:
+        a group whose head is only scheduled returns ``False``.
+
         ``resume`` reads no clock: a park whose time ran out is still a park
         until an operation that reads the clock has seen it expire.  The
         group keeps its round-robin position; a group left without messages
