@@ -1851,13 +1851,12 @@ class InMemoryTransport:
                     self._drop_keys(at)
                 self._seq = seq = self._seq + 1
                 try:
-                    if key is not None:
-                        self._hold(group_id, key, seq, at)
+                    hold = None if key is None else self._hold(group_id, key, seq, at)
                     try:
                         self._add_x(seq, group_id, event, priority, due, key)
                     except BaseException:
-                        if key is not None:
-                            self._unhold(group_id, key, seq, True)
+                        if hold is not None:
+                            self._unhold(hold.name, seq, True)
                         raise
                 except BaseException:
                     if self._seq == seq:  # nothing published since: the number is free again
@@ -1980,18 +1979,19 @@ class InMemoryTransport:
         self._messages += 1
         self._extras += 1
 
-    def _left(self, group_id: str, entry: Tuple[Any, ...], undo: bool) -> None:
-        """A message with a due or a key (FIFO entry ``entry``) left the
-        transport (``undo``: its publish is being taken back)."""
+    def _left(self, entry: Tuple[Any, ...], name: Optional[Tuple[str, str]], undo: bool) -> None:
+        """A message with a due or a key (FIFO entry ``entry``; ``name``: its
+        ``(group_id, key)``, made by the caller before it changed anything)
+        left the transport (``undo``: its publish is being taken back).
+        Allocates nothing."""
         self._extras -= 1
         seq = entry[0]
         if entry[2] is not None:
             sched = self._sched
             if sched.pop(seq, None) is not None and len(self._sched_heap) > 2 * len(sched) + 64:
                 self._compact_sched()
-        key = entry[3]
-        if key is not None:
-            self._unhold(group_id, key, seq, undo)
+        if name is not None:
+            self._unhold(name, seq, undo)
 
     def _count_scheduled(self, now: float) -> int:
         """``stats().scheduled`` at ``now``: drop from ``_sched`` the messages
@@ -2050,7 +2050,7 @@ class InMemoryTransport:
             return hold.seq
         return None  # (its message left and the window is over: a new publish replaces it)
 
-    def _hold(self, group_id: str, key: str, seq: int, at: float) -> None:
+    def _hold(self, group_id: str, key: str, seq: int, at: float) -> _KeyHold:
         """Message ``seq``, published at ``at``, holds ``key`` in ``group_id``."""
         name = (group_id, key)
         hold = _KeyHold(seq, at, name)
@@ -2063,12 +2063,13 @@ class InMemoryTransport:
             except BaseException:
                 del keys[name]
                 raise
+        return hold
 
-    def _unhold(self, group_id: str, key: str, seq: int, undo: bool) -> None:
-        """Message ``seq`` holding ``key`` left (``undo``: was never published):
-        its hold goes now, or, while the window since its publish lasts, is
-        kept as not held (``_drop_keys`` drops it later)."""
-        name = (group_id, key)
+    def _unhold(self, name: Tuple[str, str], seq: int, undo: bool) -> None:
+        """Message ``seq`` holding the key ``name`` (``(group_id, key)``) left
+        (``undo``: was never published): its hold goes now, or, while the
+        window since its publish lasts, is kept as not held (``_drop_keys``
+        drops it later).  Allocates nothing."""
         keys = self._keys
         hold = keys.get(name)
         if hold is None or hold.seq != seq:
@@ -2141,13 +2142,12 @@ class InMemoryTransport:
                 if due is None and key is None:
                     self._add(seq, group_id, event, priority)
                 else:
-                    if key is not None:
-                        self._hold(group_id, key, seq, now)
+                    hold = None if key is None else self._hold(group_id, key, seq, now)
                     try:
                         self._add_x(seq, group_id, event, priority, due, key)
                     except BaseException:
-                        if key is not None:
-                            self._unhold(group_id, key, seq, True)
+                        if hold is not None:
+                            self._unhold(hold.name, seq, True)
                         raise
                 added[done] = groups[group_id]
                 done += 1
@@ -2158,7 +2158,7 @@ class InMemoryTransport:
                 entry = group.messages.pop()
                 self._messages -= 1
                 if len(entry) > 2:
-                    self._left(batch[i][0], entry, True)
+                    self._left(entry, None if entry[3] is None else (batch[i][0], entry[3]), True)
                 if how[i] and group.lock == _SCHEDULED:  # its head, scheduled: no longer
                     self._unlock(group)
                 if how[i] == 2:
@@ -2252,25 +2252,27 @@ class InMemoryTransport:
         clock frees it, as an expired park)."""
         messages = group.messages
         head = group.head + 1
-        due = None
-        if head < len(messages):
-            if self._extras:
+        spent = messages[head - 1]
+        due = name = None
+        if self._extras:
+            if len(spent) > 2 and spent[3] is not None:  # type: ignore[arg-type, index]
+                name = (group.group_id, spent[3])  # type: ignore[index]  # allocates: first
+            if head < len(messages):
                 nxt = messages[head]
                 if len(nxt) > 2:  # type: ignore[arg-type]
                     due = nxt[2]  # type: ignore[index]
-            if due is None and group.ready_key is None and not group.paused:
-                self._make_ready(group)  # allocates: first, while nothing changed
+        if head < len(messages) and due is None and group.ready_key is None and not group.paused:
+            self._make_ready(group)  # allocates: first, while nothing changed
         if due is not None:
-            self._schedule(group, due)  # replaces any lock
+            self._schedule(group, due)  # replaces any lock; all or nothing
         elif group.lock != _FREE or group.tick:
             self._unlock(group)
         group.open = False
         group.attempt = 0
-        spent = messages[head - 1]
         messages[head - 1] = None
         self._messages -= 1
         if self._extras and len(spent) > 2:  # type: ignore[arg-type]
-            self._left(group.group_id, spent, False)  # type: ignore[arg-type]
+            self._left(spent, name, False)  # type: ignore[arg-type]
         if head == len(messages):
             if group.paused:
                 self._keep_idle(group)
@@ -2626,13 +2628,16 @@ class InMemoryTransport:
     def _purge(self, group: _Group) -> None:
         """Drop ``group`` and its messages (the caller holds the message list,
         to release the events after the lock)."""
-        if self._extras:
+        left = None
+        if self._extras:  # the keys' names first: they allocate
             group_id = group.group_id
-            messages = group.messages
-            for i in range(group.head, len(messages)):
-                entry = messages[i]
-                if len(entry) > 2:  # type: ignore[arg-type]
-                    self._left(group_id, entry, False)  # type: ignore[arg-type]
+            left = [(entry, None if entry[3] is None else (group_id, entry[3]))  # type: ignore[index]
+                    for entry in group.messages[group.head:] if len(entry) > 2]  # type: ignore[arg-type]
+        if group.ready_key is not None:
+            self._unready(group)  # all or nothing, while nothing changed
+        if left:
+            for entry, name in left:
+                self._left(entry, name, False)  # type: ignore[arg-type]
         if group.lock != _FREE or group.tick:
             self._unlock(group)
         group.open = False
