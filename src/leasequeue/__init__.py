@@ -10,8 +10,14 @@ operator can pause, resume, purge, re-prioritise and inspect groups
 (:class:`GroupInfo`), and the batch calls move many messages per call.  A
 poison message is set aside without breaking its group's order: ``bury``
 quarantines its group (the message stays at the head, every other group goes
-on), ``peek`` shows the held messages (:class:`Message`), and ``resume`` or
-``skip`` lets the group go on.
+on), ``peek`` shows the held messages (:class:`Message`), and ``resume``,
+``retry`` (a fresh start: the attempt count back to 0) or ``skip`` lets the
+group go on.  A publish can be delayed (``delay=``: not delivered before
+then, still in its group's order) and keyed (``key=``: a publish whose key
+is held in its group adds nothing, so a retried publish counts once), and
+``release`` hands a delivery back without counting it.  Delivery is at
+least once: a handler may run again after a crash or an expired lease, so
+handlers are idempotent.
 
 ``InMemoryTransport`` is the compiled (Cython) implementation when it was
 built and imports, else the pure-Python twin; ``IMPLEMENTATION`` says which.

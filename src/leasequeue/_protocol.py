@@ -117,7 +117,7 @@ class CoreTransport(Protocol[L]):
         """Counts as of now (messages, groups, leased, parked, paused, buried, scheduled)."""
 
     def __len__(self) -> int:
-        """Messages held: ready + leased + parked."""
+        """Messages held, whatever their state (ready, leased, parked, buried, scheduled)."""
 
     def close(self) -> None:
         """End every waiting claim; idempotent."""

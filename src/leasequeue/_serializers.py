@@ -2,7 +2,7 @@
 
 A durable transport (SQLite, PostgreSQL) keeps each event as bytes or text,
 so ``lease.event`` is an equal copy of the published object, not the object
-itself (SPEC Part 3).  ``serializer=`` of both takes:
+itself (``docs/contract.md``, Part 3).  ``serializer=`` of both takes:
 
 * ``None`` or ``"pickle"``: ``PICKLE_SERIALIZER``, pickle at its highest
   protocol (any picklable object; the default);

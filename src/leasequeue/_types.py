@@ -18,13 +18,15 @@ PARKED = "__parked__"
 class TransportStats(NamedTuple):
     """A snapshot of a transport's counts (``stats()``)."""
 
-    #: Messages held: ready + leased + parked (the same as ``len(transport)``).
+    #: Messages held, whatever their state: ready, leased, parked, buried or
+    #: scheduled (the same as ``len(transport)``).
     messages: int
     #: Groups holding at least one message.
     groups: int
     #: Messages under a lease that has not expired.
     leased: int
-    #: Messages parked by ``nack(delay > 0)`` and not yet due.
+    #: Messages parked by ``nack(delay > 0)`` (or ``release(delay > 0)``) and
+    #: not yet due; not those scheduled by a delayed publish.
     parked: int
     #: Groups paused by ``pause()`` (held messages or not).  New in 0.2; it
     #: defaults to 0 so that 0.1.0's four-field ``TransportStats(...)`` still builds.
@@ -43,7 +45,7 @@ class GroupInfo(NamedTuple):
 
     group_id: str
     priority: int
-    #: Messages held: ready + leased + parked.
+    #: Messages held, whatever their state (scheduled ones included).
     messages: int
     #: ``"ready"``, ``"leased"``, ``"parked"``, ``"buried"``, ``"paused"`` or
     #: ``"scheduled"`` (the head was published with a delay and is not due;

@@ -1,6 +1,6 @@
 """Argument checks shared by the pure-Python transports.
 
-The SPEC's bad-input table in code: each check converts an accepted value to
+The bad-input table of ``docs/contract.md`` in code: each check converts an accepted value to
 its exact type (``str``, ``int``, ``float``) or raises ``TypeError``,
 ``ValueError`` or ``OverflowError`` with the message every transport uses.
 The Cython transport has ``cdef`` twins of these with the same messages

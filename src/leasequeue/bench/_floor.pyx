@@ -5,7 +5,7 @@
 ``FloorTransport`` has the transport's method signatures (``publish``,
 ``claim``, ``ack``, ``nack``) and does only what every correct transport call
 has to do anyway: take the transport's lock (the same primitive as
-``_inmemory_c``: ``PyMutex`` on 3.13+, the GIL before), read the clock in ``claim``
+``_backends/inmemory/transport_c.pyx``: ``PyMutex`` on 3.13+, the GIL before), read the clock in ``claim``
 (exactly as the real transport does: ``time.time`` -- the default -- is read
 in C with ``clock_gettime`` on Linux, any other clock or platform calls it), and allocate one
 small lease object.  The module directives are the real transport's.  It keeps no messages.  The
