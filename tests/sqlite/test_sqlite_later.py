@@ -368,3 +368,23 @@ def test_keys_that_hold_nothing_are_forgotten(tmp_path: Any) -> None:
         assert rows() == 1 + 7  # 7 x 16 >= 100: every key that held nothing is forgotten
         assert t.publish("slow", "y", key="kept") == waiting  # still held by its stored message
         assert t.publish("g7", "again", key="k7") > 101  # no longer held: a new message
+
+
+def test_the_watcher_moves_no_time_once_no_claim_waits(tmp_path: Any) -> None:
+    """The watcher's last round can run after the last waiting claim left;
+    its clock reading then must not move the transport's time, which an ack
+    (it reads no clock) uses to tell whether the next head is scheduled:
+    a manual clock jumped ahead and back must leave the time where the
+    operations put it (found by check_differential, seed 31, as a race)."""
+    path = tmp_path / "q.db"
+    clock = ManualClock(1000.0)
+    with SQLiteTransport(path, clock=clock) as t:
+        t.publish("g", "first")
+        t.publish("g", "second", delay=100.0)  # due at 1100
+        lease = t.claim("w", 5.0)  # a lock end at 1005: the watcher would apply it
+        clock.set(2000.0)
+        t._expire_due(1005.0)  # the watcher's round, no claim waiting
+        clock.set(1001.0)
+        t.ack(lease)
+        assert t.group("g").state == "scheduled"  # the time is 1001, not 2000
+        assert t.stats().scheduled == 1

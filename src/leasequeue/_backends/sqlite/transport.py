@@ -1499,12 +1499,19 @@ class SQLiteTransport(LaterOnce):
 
     def _expire_due(self, next_expiry: float) -> float:
         """Apply expiry if the earliest lock end is due by the clock, and wake
-        a waiting claim if that made work claimable.  Returns the clock's reading."""
+        a waiting claim if that made work claimable.  Returns the clock's reading.
+
+        Only while a claim waits: the watcher's last round may run after the
+        last waiting claim left, and its clock reading must not then move the
+        transport's time (an operation that reads no clock, an ack, uses that
+        time to tell whether the next head is scheduled)."""
         now = self._now()
         if not now > next_expiry:
             return now
         wakes: Any = ()
         with self._lock:
+            if not self._queue.waiters:
+                return now
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")
