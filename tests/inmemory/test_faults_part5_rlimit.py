@@ -1,4 +1,4 @@
-"""Running out of memory in Part 5's publishes changes nothing (issue 29).
+"""Running out of memory in Part 5's publishes changes nothing (issue 29), under a capped address space.
 
 A publish with a delay or a key allocates everything it needs (the message
 and group slots, the mark table's entry, the scheduled heap's, the key

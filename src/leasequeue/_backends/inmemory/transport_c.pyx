@@ -1231,6 +1231,7 @@ cdef class InMemoryTransport:
             if n >= INT32_MAX:
                 raise OverflowError("the transport is full: too many messages or groups")
             marked = d > 0.0 or kts is not None
+            out = [None] * n  # the result, filled under the lock before anything changes
             if marked:
                 if plan_alloc_marked(&plan, n) != _OK:
                     raise MemoryError()
@@ -1250,23 +1251,15 @@ cdef class InMemoryTransport:
                             self._time = now
                     rc = _NOMEM  # if it raises
                     try:
-                        rc = self._publish_batch_marked(batch, &plan, kts, seen, d, now)
+                        rc = self._publish_batch_marked(batch, &plan, kts, seen, d, now, out)
                     finally:
                         if rc != _OK:
                             self._time = before  # a call that raises does not move the time
                 else:
-                    rc = self._publish_batch(batch, &plan, &first)
+                    rc = self._publish_batch(batch, &plan, &first, out)
             finally:
                 lq_unlock(&self._lock)
             skipped = plan.skipped
-            if rc == _OK:
-                out = [None] * n
-                if marked:
-                    for i in range(n):
-                        out[i] = plan.item_seq[i]
-                else:
-                    for i in range(n):
-                        out[i] = first + i
         finally:
             plan_free(&plan)
         if rc != _OK:
@@ -1807,11 +1800,11 @@ cdef class InMemoryTransport:
             Py_DECREF(<object>kt)  # a tuple of exact str: no user code
 
     cdef void _drop_key(self, PyObject *kt) noexcept:
-        """Forget key ``kt`` (present) of the key dicts."""
-        if PyDict_DelItem(self._keys, <object>kt) < 0:
-            PyErr_Clear()
-        if self._window > 0.0 and PyDict_DelItem(self._key_at, <object>kt) < 0:
-            PyErr_Clear()
+        """Forget key ``kt`` in the key dicts (where it is: deleting allocates nothing)."""
+        if PyDict_GetItem(self._keys, <object>kt) != NULL:
+            PyDict_DelItem(self._keys, <object>kt)
+        if PyDict_GetItem(self._key_at, <object>kt) != NULL:
+            PyDict_DelItem(self._key_at, <object>kt)
 
     cdef void _sweep_scheduled(self, double now) noexcept:
         """The delayed messages whose due passed (``due < now``) stop counting
@@ -1901,7 +1894,7 @@ cdef class InMemoryTransport:
         self._idle += 1
         return _OK
 
-    cdef int _publish_batch(self, list batch, BatchPlan *plan, int64_t *first) except -1:
+    cdef int _publish_batch(self, list batch, BatchPlan *plan, int64_t *first, list out) except -1:
         """``publish_many`` under the lock (``batch.pxi``): look the
         groups up, plan the new ones, allocate everything the batch needs,
         then publish each item as ``publish`` would.  A result code; the
@@ -1928,6 +1921,8 @@ cdef class InMemoryTransport:
         rc = messages_reserve(&self._messages, self._events, n)
         if rc != _OK:
             return rc
+        for i in range(n):  # the result's ints (may raise MemoryError: nothing has changed)
+            out[i] = self._seq + 1 + i
         # --- commit: nothing below can fail
         first[0] = self._seq + 1
         for i in range(n):
@@ -1957,7 +1952,7 @@ cdef class InMemoryTransport:
         return _OK
 
     cdef int _publish_batch_marked(
-        self, list batch, BatchPlan *plan, list kts, dict seen, double d, double now,
+        self, list batch, BatchPlan *plan, list kts, dict seen, double d, double now, list out,
     ) except -1:
         """``publish_many`` with a delay (``d > 0``) or keys (``kts``: by
         item, ``(group_id, key)`` or None), under the lock at ``now``: the
@@ -2003,8 +1998,10 @@ cdef class InMemoryTransport:
                 slot = -1 - plan_new_group(plan, batch, i)
             plan.item_slot[i] = slot
         fresh = n - plan.skipped
-        if fresh == 0:
-            return _OK  # nothing published, nothing changed
+        if fresh == 0:  # nothing published, nothing changed
+            for i in range(n):
+                out[i] = plan.item_seq[i]
+            return _OK
         if plan.groups:
             rc = groups_reserve(&self._groups, self._group_ids, &self._ready, &self._expiry, plan.groups)
             if rc != _OK:
@@ -2036,24 +2033,30 @@ cdef class InMemoryTransport:
             if not plan.item_skip[i]:
                 seq += 1
                 plan.item_seq[i] = seq
-        if kts is not None:  # the key dicts (may raise MemoryError: undone, nothing else changed)
-            try:
+        for i in range(n):  # a repeated key: the seq its first item gets
+            if plan.item_seq[i] < 0:
+                plan.item_seq[i] = plan.item_seq[-1 - plan.item_seq[i]]
+        # The key dicts and the result's ints (may raise MemoryError: the keys
+        # are taken back, nothing else has changed).
+        try:
+            if kts is not None:
                 for i in range(n):
                     kt = PyList_GET_ITEM(kts, i)
                     if plan.item_skip[i] or kt == <PyObject *>None:
                         done = i + 1
                         continue
+                    done = i + 1  # (a failed insert leaves nothing to take back)
                     self._keys[<object>kt] = plan.item_seq[i]
-                    done = i + 1
                     if window:
                         self._key_at[<object>kt] = now
-            except BaseException:
-                for i in range(done):
-                    kt = PyList_GET_ITEM(kts, i)
-                    if not plan.item_skip[i] and kt != <PyObject *>None:
-                        self._drop_key(kt)  # it held nothing: its holder would have skipped it
-                        PyErr_Clear()
-                raise
+            for i in range(n):
+                out[i] = plan.item_seq[i]
+        except BaseException:
+            for i in range(done):
+                kt = PyList_GET_ITEM(kts, i)
+                if not plan.item_skip[i] and kt != <PyObject *>None:
+                    self._drop_key(kt)  # it held nothing: its holder would have skipped it
+            raise
         # --- commit: nothing below can fail
         for i in range(n):
             if plan.item_skip[i]:
@@ -2099,9 +2102,6 @@ cdef class InMemoryTransport:
                     ring_push(&self._ring, now, seq, kt)
             if refilled and not self._settle(slot, now) and not g.paused:
                 self._make_ready(slot)
-        for i in range(n):  # a repeated key: the seq its first item got
-            if plan.item_seq[i] < 0:
-                plan.item_seq[i] = plan.item_seq[-1 - plan.item_seq[i]]
         return _OK
 
     # -- claiming and acking in batches
