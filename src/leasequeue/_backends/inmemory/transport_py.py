@@ -486,7 +486,7 @@ class _Group:
 
     def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
         self.group_id = group_id
-        self.messages: List[Optional[Tuple[int, Any]]] = [(seq, event)]
+        self.messages: List[Optional[Tuple[Any, ...]]] = [(seq, event)]
         self.head = 0
         self.level = level
         self.key = seq - _NEVER_CLAIMED
@@ -2156,6 +2156,7 @@ class InMemoryTransport:
                 group = added[i]
                 assert group is not None
                 entry = group.messages.pop()
+                assert entry is not None
                 self._messages -= 1
                 if len(entry) > 2:
                     self._left(entry, None if entry[3] is None else (batch[i][0], entry[3]), True)
