@@ -59,11 +59,13 @@ class WrongClaim(InMemoryTransport):
 
 class Forgetful:
     """A transport written from scratch with every method but ``extend``."""
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int: raise NotImplementedError
+    def publish(self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0,
+                key: Optional[str] = None) -> int: raise NotImplementedError
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0, *,
               timeout: Optional[float] = 0.0) -> Optional[Lease]: raise NotImplementedError
     def ack(self, lease: Lease) -> None: raise NotImplementedError
     def nack(self, lease: Lease, delay: float = 0.0) -> None: raise NotImplementedError
+    def release(self, lease: Lease, delay: float = 0.0) -> None: raise NotImplementedError
     def stats(self) -> TransportStats: raise NotImplementedError
     def __len__(self) -> int: raise NotImplementedError
     def close(self) -> None: raise NotImplementedError
@@ -79,13 +81,17 @@ class Forgetful:
     def set_priority(self, group_id: str, priority: int) -> bool: raise NotImplementedError
     def group(self, group_id: str) -> Optional[GroupInfo]: raise NotImplementedError
     def groups(self) -> List[GroupInfo]: raise NotImplementedError
-    def publish_many(self, items: Iterable[Tuple[Any, ...]]) -> List[int]: raise NotImplementedError
+    def publish_many(self, items: Iterable[Tuple[Any, ...]], *,
+                     delay: float = 0.0) -> List[int]: raise NotImplementedError
     def claim_many(self, worker_id: str, visibility: float, max_count: int,
                    min_priority: int = 0) -> List[Lease]: raise NotImplementedError
     def ack_many(self, leases: Iterable[Lease]) -> List[Lease]: raise NotImplementedError
+    def ack_and_claim(self, lease: Lease, worker_id: str, visibility: float,
+                      min_priority: int = 0) -> Optional[Lease]: raise NotImplementedError
     def bury(self, lease: Lease, reason: str = "") -> None: raise NotImplementedError
     def skip(self, group_id: str) -> bool: raise NotImplementedError
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]: raise NotImplementedError
+    def retry(self, group_id: str) -> bool: raise NotImplementedError
 
 
 ok: Transport = Subclass()
