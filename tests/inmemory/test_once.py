@@ -272,3 +272,34 @@ def test_racing_publishers_of_one_key_publish_it_once(make_transport: Callable[.
     assert results[0] == results[1] == results[2] == results[3]
     assert sorted(results[0]) == list(range(1, 301))
     assert len(t) == 300
+
+
+def test_a_held_key_wakes_nobody(make_transport: Callable[..., Any]) -> None:
+    clock = ManualClock()
+    t = make_transport(clock=clock, dedup_window=5.0)
+    t.publish("g", "a", key="k")
+    lease = t.claim("w", 30)
+    got: List[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(t.claim("w2", 30, timeout=10)))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while t._waiting_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    hands = t._wake_counts()[0]
+    assert t.publish("other", "b", key="k") == 2  # another group: a new message, handed over
+    waiter.join(10)
+    assert got and got[0] is not None and got[0].seq == 2
+    assert t._wake_counts()[0] == hands + 1
+    got.clear()
+    waiter = threading.Thread(target=lambda: got.append(t.claim("w3", 30, timeout=10)))
+    waiter.start()
+    while t._waiting_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert t.publish("g", "dup", key="k") == 1  # held: nothing published, nobody woken
+    assert t.publish_many([("g", "dup", 0, "k"), ("other", "dup", 0, "k")]) == [1, 2]
+    assert t._wake_counts()[0] == hands + 1 and t._waiting_count() == 1
+    t.ack(lease)  # the waiting claim is still there for real work
+    t.publish("g", "next")
+    waiter.join(10)
+    assert got and got[0] is not None and got[0].event == "next"
+    t.close()

@@ -486,7 +486,7 @@ class _Group:
 
     def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
         self.group_id = group_id
-        self.messages: List[Optional[Tuple[int, Any]]] = [(seq, event)]
+        self.messages: List[Optional[Tuple[Any, ...]]] = [(seq, event)]
         self.head = 0
         self.level = level
         self.key = seq - _NEVER_CLAIMED
@@ -1825,16 +1825,17 @@ class InMemoryTransport:
         if delay > 0.0 or (key is not None and window > 0.0):
             now = _check_time(self._clock())
         with self._lock:
-            if now is not None:
-                if now < self._time:  # another thread already used a later time
-                    now = self._time
-                else:
-                    self._time = now
+            # The transport's time moves to ``now`` when the publish is done
+            # (a held key included), not when it raises.
+            if now is not None and now < self._time:  # another thread already used a later time
+                now = self._time
             at = 0.0 if now is None else now  # (a key's time matters only with a window, which read the clock)
             due = at + delay if delay > 0.0 else None
             if key is not None:
                 holder = self._held(group_id, key, at)
                 if holder is not None:
+                    if now is not None:
+                        self._time = now
                     return holder  # nothing published, nobody woken
             if self._busy:
                 # Re-entered from user code in the middle of another operation
@@ -1844,11 +1845,11 @@ class InMemoryTransport:
                 if key is not None:
                     self._hold(group_id, key, seq, at)
                 self._pending.append((seq, group_id, event, priority, due, key))
+                if now is not None:
+                    self._time = now
                 return seq
             self._busy = True
             try:
-                if key is not None and self._key_order:
-                    self._drop_keys(at)
                 self._seq = seq = self._seq + 1
                 try:
                     hold = None if key is None else self._hold(group_id, key, seq, at)
@@ -1862,6 +1863,10 @@ class InMemoryTransport:
                     if self._seq == seq:  # nothing published since: the number is free again
                         self._seq = seq - 1
                     raise
+                if now is not None:
+                    self._time = now
+                    if key is not None and self._key_order:
+                        self._drop_keys(now)  # (allocates nothing)
             finally:
                 self._settle()
         if self._nwaiting:  # a message claimable now; or the timer armed for the due
@@ -1886,15 +1891,10 @@ class InMemoryTransport:
                 raise _reentered("publish_many")
             self._busy = True
             try:
-                if now is not None:
-                    if now < self._time:
-                        now = self._time
-                    else:
-                        self._time = now
+                if now is not None and now < self._time:  # (the time moves when the batch is done)
+                    now = self._time
                 at = 0.0 if now is None else now
                 due = at + delay if delay > 0.0 else None
-                if keyed and self._key_order:
-                    self._drop_keys(at)
                 firsts: Dict[Tuple[str, str], int] = {}  # (group_id, key) -> index in fresh
                 for i, item in enumerate(batch):
                     key = item[3]
@@ -1920,6 +1920,10 @@ class InMemoryTransport:
                     if self._seq == first + count - 1:  # nothing published since: free again
                         self._seq = first - 1
                     raise
+                if now is not None:
+                    self._time = now
+                    if keyed and self._key_order:
+                        self._drop_keys(now)  # (allocates nothing)
             finally:
                 self._settle()
         for i, seq in enumerate(result):
@@ -2156,6 +2160,7 @@ class InMemoryTransport:
                 group = added[i]
                 assert group is not None
                 entry = group.messages.pop()
+                assert entry is not None
                 self._messages -= 1
                 if len(entry) > 2:
                     self._left(entry, None if entry[3] is None else (batch[i][0], entry[3]), True)
