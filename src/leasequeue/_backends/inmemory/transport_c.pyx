@@ -29,7 +29,20 @@ own (included below, in the order of the pure module's sections):
   know the smallest ready key of their subtree (claim with a priority floor
   is one walk).
 * locked groups with a finite expiry (``expiry.pxi``): an indexed
-  min-heap keyed by expiry.
+  min-heap keyed by expiry.  A head published with a delay and not due is
+  one more lock state (``_SCHED``, like a park with no holder, ending at its
+  due): the expiry machinery, and the expiry timer of waiting claims, free
+  it.
+* what Part 5 adds to some messages (``marks.pxi``): a table seq -> (due,
+  key) of the messages published with a delay or a key, a heap of dues for
+  ``stats().scheduled`` and a ring of keyed publishes for
+  ``dedup_window``; the keys themselves are a dict ``(group_id, key) ->
+  seq``.  A group's ``marks`` byte says whether any of this can concern it,
+  so an unmarked group's publish, claim and ack never look there.
+* fencing by delivery (``lease.pxi``): an issued lease carries the claim
+  number of the claim that made it, which is its group's round-robin key
+  from then on; it is current while the key still is that number and the
+  delivery is open.
 * waiting claims (``waiters.pxi``): a FIFO of waiter records per
   priority floor; the sleeping and waking is ``waiting.py``, shared with
   the pure twin.
@@ -46,16 +59,23 @@ Memory is only allocated before anything changes, so a ``MemoryError``
 leaves the transport as it was: ``publish`` grows the message, group, id
 table and level arrays first and reserves a ready-heap slot for every group
 of a level; ``claim``, ``nack`` and ``extend`` first make room for one more
-expiry entry.  ``ack``, expiry and ``stats`` never need memory.  Of the
+expiry entry.  Expiry and ``stats`` never need memory, nor does ``ack``
+but for an expiry entry when its group's next message is scheduled (made
+room for first).  Of the
 control plane and the batches: ``pause`` of an unknown group and
 ``set_priority`` reserve as ``publish`` does; ``publish_many`` reserves for
 the whole batch (messages, new groups, their levels); ``claim_many`` makes
 room for all its claims (records and expiry entries, which the expiries it
 applies first must not give back); ``purge``, ``groups`` and ``ack_many``
 allocate the arrays that carry what they release or report past the lock.
-Of the quarantine: ``bury`` and ``skip`` never need memory (``skip``
-re-keys a never-claimed group through its reserved ready-heap slot), and
-``peek`` allocates the array it copies the messages into first.  Storage is
+Of the quarantine: ``bury`` never needs memory, ``skip`` only an expiry
+entry for a scheduled next head (``skip`` re-keys a never-claimed group
+through its reserved ready-heap slot), and ``peek`` allocates the array it
+copies the messages into first.  A publish with a delay or a key, and a
+batch of them, makes room in the mark table, the heap of dues, the ring and
+the key dict (which allocates no object the collector tracks: its keys are
+tuples made before the lock, its values ints and floats) before it changes
+anything; ``publish_many`` makes its result first too.  Storage is
 given back when a backlog drains: when under a quarter of the message or
 group slots is in use, ``ack`` renumbers the live ones into arrays half as
 full (amortised O(1); a lease whose group moved is found again by its id),
