@@ -132,9 +132,11 @@ def test_same_docstrings(pure: ModuleType, compiled: ModuleType, cls_name: str) 
 
 def test_transport_constructor_contract(pure: ModuleType, compiled: ModuleType) -> None:
     """What ``inspect.signature(pure.InMemoryTransport)`` says, the Cython
-    constructor must do: ``(clock=time.time)``, keyword or positional."""
+    constructor must do: ``(clock=time.time, *, dedup_window=0.0)``, the
+    clock keyword or positional, the window keyword only."""
     params = inspect.signature(pure.InMemoryTransport).parameters
-    assert list(params) == ["clock"] and params["clock"].default is time.time
+    assert list(params) == ["clock", "dedup_window"] and params["clock"].default is time.time
+    assert params["dedup_window"].kind is inspect.Parameter.KEYWORD_ONLY and params["dedup_window"].default == 0.0
     for module in (pure, compiled):
         cls = module.InMemoryTransport
         for t in (cls(clock=ManualClock(7.0)), cls(ManualClock(7.0))):
@@ -145,9 +147,15 @@ def test_transport_constructor_contract(pure: ModuleType, compiled: ModuleType) 
         t.publish("g", "e")
         assert before + 100 <= t.claim("w", 100).expires_at <= time.time() + 100
         for args, kwargs in (((), {"clock": ManualClock(), "extra": 1}), ((ManualClock(), ManualClock()), {}),
-                             ((), {"time": time.time}), ((), {"clock": None})):
+                             ((), {"time": time.time}), ((), {"clock": None}),
+                             ((ManualClock(), 5.0), {}), ((), {"dedup_window": "5"}),
+                             ((), {"dedup_window": True})):
             with pytest.raises(TypeError):
                 cls(*args, **kwargs)
+        for window in (-1.0, float("nan")):
+            with pytest.raises(ValueError):
+                cls(dedup_window=window)
+        assert cls(dedup_window=float("inf")).publish("g", "e", key="k") == 1
 
 
 def test_lease_constructor_contract(pure: ModuleType, compiled: ModuleType) -> None:

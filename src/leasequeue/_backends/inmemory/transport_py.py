@@ -447,6 +447,19 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
 # Cython twin's ``ExpiryHeap`` (``expiry.pxi``) is indexed instead.
 
 
+# ------------------------ marks.pxi: due times and keys of the messages that have them
+#
+# Here a message published with a delay or a key is stored as the tuple
+# ``(seq, event, due, key)`` instead of ``(seq, event)``, so only those
+# messages pay.  ``stats().scheduled`` counts ``_sched`` (seq -> due of the
+# messages still counted as scheduled), drained through the lazy heap
+# ``_sched_heap`` of ``(due, seq)``; the holds of the keys are the dict
+# ``_keys`` (``(group_id, key)`` -> ``_KeyHold``), the ones a window keeps
+# after their message left dropped lazily in publish order.  The Cython twin
+# keeps the same in ``MarkTable`` (seq -> due, key), ``SchedHeap`` and
+# ``KeyRing`` (``marks.pxi``).
+
+
 
 # -------------------------------------- storage.pxi: message and group storage
 #
