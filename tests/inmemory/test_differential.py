@@ -127,7 +127,9 @@ def test_random_runs_reach_the_common_case() -> None:
     landings = 0
     seeds = 12  # the first seeds of test_transport_matches_the_reference
     for seed in range(seeds):
-        summary = check_differential(lambda clock: Counting(clock=clock), ops=REF_OPS, seed=seed)
+        # Parts 1-4's stream: Part 5's operations dilute it (every other run here drives them)
+        summary = check_differential(lambda clock: Counting(clock=clock), ops=REF_OPS, seed=seed,
+                                     later=False, once=False, release=False)
         single += summary.single_level
         landings += summary.tally.get("set None", 0)
     assert 3 <= single <= 9, f"{single} of {seeds} runs on one level"
