@@ -66,6 +66,8 @@ class TimestampRoundRobin(Pure):
                 group = self._groups.get(lease.group_id)
                 if group is not None:  # leased, so not in a ready heap: its key may change
                     group.key = round(group.last_claimed_at * 1000) * 2**40 + lease.seq
+                    # the key is also the delivery's number (fencing by delivery): the lease names it
+                    object.__setattr__(lease, "_delivery", group.key)
         return lease
 
 

@@ -365,7 +365,8 @@ def test_publish_many_is_publish_one_by_one() -> None:
     (None, TypeError),
     ("ab", TypeError),  # a str is an iterable of str, not of tuples
     ([["a", 1]], TypeError),  # tuples only
-    ([("a", 1), ("b", 2, 0, "x")], ValueError),  # 4 fields
+    ([("a", 1), ("b", 2, 0, "x", None)], ValueError),  # 5 fields (Part 5 allows 4: a key)
+    ([("a", 1), ("b", 2, 0, 1)], TypeError),  # a key that is not a str
     ([("a",)], ValueError),
     ([()], ValueError),
     ([("a", 1), (7, 2)], TypeError),

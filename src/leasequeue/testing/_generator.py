@@ -19,6 +19,22 @@ real leases.  A run is a sequence of *phases*:
   ``pause`` and ``group`` around them), when driven: poison messages buried
   and resumed or skipped, heads skipped in every state.
 
+* ``later``: Part 5, when driven: delayed and keyed publishes to a few
+  groups, releases and retries, and the clock set on (and just past) due
+  times and the ends of dedup windows.
+
+Part 5, when driven (``later``, ``once``, ``release`` capabilities), also
+comes in every everyday phase: a publish gets a delay (0, small, ``inf``)
+and/or a key from a small alphabet (so that duplicates are frequent, the
+keyed publishes go to a few groups), ``publish_many`` gets 4-tuple items
+and a ``delay``, ``release`` (current, stale, forged and foreign leases,
+with and without a delay) and ``retry`` (of the group of a recent lease:
+leased, expired, parked or buried; or any group) are drawn, and the time
+model tracks due times and window ends besides parks, so that the
+``edge`` steps land on them.  A transport without Part 5 runs exactly the
+streams it ran before (nothing of it draws on the seed), but for one bad
+``publish_many`` item that had four fields and now has five.
+
 ``ack_and_claim``, when driven, comes in every phase but the four special
 ones: alone (a current, stale, forged or foreign lease, any floor), or as a
 worker's loop (a claim, then each lease acked with the next claim while
@@ -73,6 +89,13 @@ class Capabilities(NamedTuple):
     #: calls work after ``close()``; False: ``close()`` comes among the last
     #: operations, and every call after it but a waiting claim must raise
     usable_after_close: bool = True
+    #: Part 5: ``publish(delay=)`` / ``publish_many(delay=)`` (later),
+    #: ``publish(key=)`` and 4-tuple items (once), ``release`` and ``retry``
+    later: bool = False
+    once: bool = False
+    release: bool = False
+    #: the ``dedup_window`` both sides were built with (0.0: the default)
+    dedup_window: float = 0.0
 
 
 WORKERS = ["w1", "w2", "w3", Name("w2"), ""]
@@ -91,6 +114,17 @@ TIMEOUTS = [(0, 3), (0.0, 1), (-0.0, 1), (0.001, 3), (None, 1), (INF, 0.5), (5, 
 FAULTS = [ClockFault, NAN, "noon", True, INF, -INF, None, 10**400, 1500, Seconds(1234.5), 2**40, -5.0]
 
 L = LeaseRef(-1)  # placeholder in BAD_CALLS: "a recent lease"
+
+#: Part 5: how long a publish is delayed (OMIT: no delay), keys (a small
+#: alphabet, so duplicates are frequent; OMIT: no key argument), and the
+#: few groups keyed and delayed publishes mostly go to
+PUBLISH_DELAYS: List[Tuple[Any, float]] = [(OMIT, 50), (0, 4), (-0.0, 1), (0.5, 4), (1, 8), (3.5, 8), (10, 6),
+                                           (40, 3), (INF, 1), (10**400, 0.3)]
+KEYS: List[Tuple[Any, float]] = [(OMIT, 30), (None, 5), ("a", 25), ("b", 15), (Name("a"), 5), ("", 3)]
+FEW_GROUPS = ["g0", "g1", Name("g0")]
+#: the dedup windows a run with keys draws from its seed (0: held while the
+#: message is; a window comparable to the time steps; for ever)
+WINDOWS = [0.0, 7.5, INF]
 
 #: (needs, method, args, kwargs): each breaks one row of the bad-input table
 #: (or of Part 2's rules); ``needs`` is None (Part 1), "waiting" or a method
@@ -147,7 +181,8 @@ BAD_CALLS: List[Tuple[Optional[str], str, Tuple[Any, ...], Tuple[Tuple[str, Any]
     ("publish_many", "publish_many", ("ab",), ()),
     ("publish_many", "publish_many", (Batch("list", (("g0",),)),), ()),
     ("publish_many", "publish_many", (Batch("list", ((),)),), ()),
-    ("publish_many", "publish_many", (Batch("list", (("g0", "e", 0, 1),)),), ()),
+    # five fields (this was a four-field item before Part 5 gave the fourth field to a key)
+    ("publish_many", "publish_many", (Batch("list", (("g0", "e", 0, 1, None),)),), ()),
     ("publish_many", "publish_many", (Batch("list", (["g0", "e"],)),), ()),
     ("publish_many", "publish_many", (Batch("list", (("g0", "e"), (7, "e"))),), ()),
     ("publish_many", "publish_many", (Batch("iter", (("g0", "e"), ("g1", "e", 2**63))),), ()),
@@ -204,10 +239,58 @@ BAD_CALLS: List[Tuple[Optional[str], str, Tuple[Any, ...], Tuple[Tuple[str, Any]
     ("ack_and_claim", "ack_and_claim", (L, "w1", 1), (("min_priority", "0"),)),
 ]
 
+#: Part 5's bad input (kept apart from BAD_CALLS, whose draws stay those of
+#: the streams before Part 5); ``needs`` is one capability or a tuple of them
+PART5_BAD_CALLS: List[Tuple[Any, str, Tuple[Any, ...], Tuple[Tuple[str, Any], ...]]] = [
+    ("later", "publish", ("g0", "e"), (("delay", -1),)),
+    ("later", "publish", ("g0", "e"), (("delay", NAN),)),
+    ("later", "publish", ("g0", "e"), (("delay", True),)),
+    ("later", "publish", ("g0", "e"), (("delay", "1"),)),
+    ("later", "publish", ("g0", "e"), (("delay", None),)),
+    ("later", "publish", ("g0", "e"), (("delay", -INF),)),
+    ("later", "publish", ("g0", "e"), (("delay", -(10**400)),)),
+    ("later", "publish", (7, "e"), (("delay", -1),)),
+    ("later", "publish", ("fresh", "e", 1.5), (("delay", -1),)),
+    ("later", "publish", ("g0", "e", 0, 5), ()),  # delay is keyword-only
+    ("once", "publish", ("g0", "e"), (("key", 1),)),
+    ("once", "publish", ("g0", "e"), (("key", b"x"),)),
+    ("once", "publish", ("fresh", "e"), (("key", ["a"]),)),
+    ("once", "publish", (7, "e"), (("key", 1),)),
+    ("once", "publish", ("g0", "e", 2**63), (("key", 1),)),
+    (("later", "once"), "publish", ("g0", "e"), (("delay", -1), ("key", 1))),
+    (("later", "once"), "publish", ("g0", "e"), (("delay", "x"), ("key", "a"))),
+    (("once", "publish_many"), "publish_many", (Batch("list", (("g0", "e", 0, "a"), ("g1", "e", 0, 1))),), ()),
+    (("once", "publish_many"), "publish_many", (Batch("list", (("g0", "e", 0, "a", None),)),), ()),
+    (("once", "publish_many"), "publish_many", (Batch("iter", (("g0", "e", 0, b"x"),)),), ()),
+    (("once", "publish_many"), "publish_many", (Batch("list", (("g0", "e", 1.5, "a"),)),), ()),
+    (("later", "publish_many"), "publish_many", (Batch("list", (("g0", "e"),)),), (("delay", -1),)),
+    (("later", "publish_many"), "publish_many", (Batch("list", (("g0", "e"),)),), (("delay", True),)),
+    (("later", "publish_many"), "publish_many", (Batch("list", ()),), (("delay", NAN),)),
+    (("later", "publish_many"), "publish_many", (Batch("list", ((7, "e"),)),), (("delay", -1),)),
+    (("later", "publish_many"), "publish_many", (Batch("list", (("g0", "e"),)), 5), ()),  # keyword-only
+    ("release", "release", ("lease",), ()),
+    ("release", "release", (None, -1), ()),
+    ("release", "release", ((1, "a"),), ()),
+    ("release", "release", (L, -0.5), ()),
+    ("release", "release", (L, NAN), ()),
+    ("release", "release", (L, True), ()),
+    ("release", "release", (L, "1"), ()),
+    ("release", "release", (L,), (("delay", -(10**400)),)),
+    ("release", "release", (L,), (("delay", None),)),
+    ("release", "retry", (5,), ()),
+    ("release", "retry", (None,), ()),
+    ("release", "retry", (b"g0",), ()),
+]
+
 #: reasons a bury gives (a str subclass must come back as an exact str)
 REASONS = [OMIT, "", "boom", "TypeError: attempt 3", Name("poison")]
 #: how many messages a peek asks for
 PEEK_COUNTS = [OMIT, OMIT, 0, 1, 2, 3, 10, 2**70]
+
+
+def _next_up(t: float) -> float:
+    """The float just after ``t`` (one step past an expiry or a due time)."""
+    return math.nextafter(t, INF) if hasattr(math, "nextafter") else t + 1e-6
 
 
 def call(method: str, *args: Any, **kwargs: Any) -> Op:
@@ -238,6 +321,7 @@ class RandomOps:
         self.floors = FLOORS_ONE if single_level else FLOORS_MANY
         self.refs: Deque[LeaseRef] = deque(maxlen=64)
         self.parks: Deque[float] = deque(maxlen=16)  # estimated ends of recent parks
+        self.dues: Deque[float] = deque(maxlen=16)  # Part 5: due times and window ends
         self.events = 0
         self.emitted = 0
         self.close_at = rng.randrange(count) if count and rng.random() < 0.3 else -1
@@ -245,6 +329,18 @@ class RandomOps:
             self.close_at = max(self.close_at, count - 40)  # a few calls on the closed transport
         self.bad = [b for b in BAD_CALLS if b[0] is None or b[0] in caps.methods
                     or (b[0] == "waiting" and caps.waiting)]
+        self.part5 = caps.later or caps.once or caps.release
+        self.bad += [b for b in PART5_BAD_CALLS if self._has(b[0])]
+
+    def _has(self, needs: Any) -> bool:
+        """Are the capabilities a (Part 5) bad call needs all driven?"""
+        for need in needs if isinstance(needs, tuple) else (needs,):
+            if need in ("later", "once", "release"):
+                if not getattr(self.caps, need):
+                    return False
+            elif need not in self.caps.methods:
+                return False
+        return True
 
     # -- helpers ---------------------------------------------------------------
 
@@ -279,20 +375,111 @@ class RandomOps:
                 self.refs.extend(LeaseRef(uid, k) for k in range(len(result[0])))
             else:
                 self.refs.append(LeaseRef(uid))
-        if op[0] == "call" and op[1] == "nack" and len(op[2]) > 1 and self.h.last is None:
-            delay = op[2][1]
+        if op[0] == "call" and op[1] in ("nack", "release") and self.h.last is None:
+            delay = op[2][1] if len(op[2]) > 1 else dict(op[3]).get("delay")
             if isinstance(delay, (int, float)) and 0 < delay < INF:
                 self.parks.append(self.now() + delay)
+        if self.part5 and op[0] == "call" and op[1] in ("publish", "publish_many") and self.h.last is not None \
+                and self.h.last[0] in ("int", "list"):
+            kwargs = dict(op[3])
+            delay = kwargs.get("delay")
+            if isinstance(delay, (int, float)) and not isinstance(delay, bool) and 0 < delay < 1e300:
+                self.dues.append(self.now() + delay)
+            window = self.caps.dedup_window
+            if 0 < window < INF and (kwargs.get("key", OMIT) not in (OMIT, None) or op[1] == "publish_many"):
+                self.dues.append(self.now() + window)
 
     # -- single operations ---------------------------------------------------------
 
     def publish(self) -> Op:
         priority = self.rng.choice(self.priorities)
         if priority is OMIT:
-            return call("publish", self.rng.choice(self.names), self.event())
-        if self.rng.random() < 0.2:
-            return call("publish", self.rng.choice(self.names), self.event(), priority=priority)
-        return call("publish", self.rng.choice(self.names), self.event(), priority)
+            op = call("publish", self.rng.choice(self.names), self.event())
+        elif self.rng.random() < 0.2:
+            op = call("publish", self.rng.choice(self.names), self.event(), priority=priority)
+        else:
+            op = call("publish", self.rng.choice(self.names), self.event(), priority)
+        return self._later_once(op) if self.part5 else op
+
+    def _later_once(self, op: Op, rate: float = 0.35) -> Op:
+        """Part 5: now and then a delay and/or a key for a ``publish``; a
+        keyed or delayed one mostly goes to one of a few groups."""
+        rng = self.rng
+        if rng.random() >= rate:
+            return op
+        _, method, args, kwargs = op
+        extra = []
+        if self.caps.later:
+            delay = self.pick(PUBLISH_DELAYS)
+            if delay is not OMIT:
+                extra.append(("delay", delay))
+        if self.caps.once:
+            key = self.pick(KEYS)
+            if key is not OMIT:
+                extra.append(("key", key))
+        if extra and rng.random() < 0.7:
+            args = (rng.choice(FEW_GROUPS),) + args[1:]
+        if len(extra) == 2 and rng.random() < 0.5:
+            extra.reverse()  # keyword order does not matter
+        return ("call", method, args, kwargs + tuple(extra))
+
+    def part5_op(self) -> Op:
+        """One Part 5 operation: a delayed or keyed publish, a release, a
+        retry, or the clock set on a due time or a window's end."""
+        rng = self.rng
+        kinds = []
+        if self.caps.later or self.caps.once:
+            kinds += ["publish", "publish"]
+        if self.caps.release:
+            kinds += ["release", "release", "retry", "retry"]
+        if self.dues:
+            kinds.append("due")
+        kind = rng.choice(kinds)
+        if kind == "publish":
+            priority = rng.choice(self.priorities)
+            args: Tuple[Any, ...] = (rng.choice(FEW_GROUPS), self.event())
+            return self._later_once(call("publish", *args) if priority is OMIT else call("publish", *args, priority),
+                                    rate=1.0)
+        if kind == "due":
+            due = rng.choice(list(self.dues))
+            if not math.isfinite(due):
+                return call("stats")
+            return ("set", rng.choice([due, _next_up(due), due + 0.25]))
+        if kind == "retry":
+            return call("retry", self._recent_group())
+        return self.release()
+
+    def _recent_group(self) -> Any:
+        """Mostly the group of a recent lease (leased, expired, parked,
+        buried...), else any group."""
+        if self.refs and self.rng.random() < 0.7:
+            ref = self.lease()
+            result = self.h.results.get(ref.uid)
+            if result is not None:
+                lease = result[0][ref.k] if ref.k >= 0 else result[0]
+                return lease.group_id
+        return self.group()
+
+    def release(self, lease: Any = None) -> Op:
+        """``release`` of a recent lease (now and then a forged or foreign
+        one), with or without a delay."""
+        rng = self.rng
+        if lease is None:
+            if not self.refs:
+                return self.claim()
+            roll = rng.random()
+            if roll < 0.06 and self.caps.forged:
+                lease = Forged(self.lease())
+            elif roll < 0.1 and self.caps.foreign:
+                lease = FOREIGN
+            else:
+                lease = self.lease()
+        delay = self.pick(DELAYS)
+        if delay is OMIT:
+            return call("release", lease)
+        if rng.random() < 0.3:
+            return call("release", lease, delay=delay)
+        return call("release", lease, delay)
 
     def claim(self, worker: Any = None, visibility: Any = None) -> Op:
         worker = self.rng.choice(WORKERS) if worker is None else worker
@@ -314,7 +501,8 @@ class RandomOps:
 
     def bad_call(self) -> Op:
         _, method, args, kwargs = self.rng.choice(self.bad)
-        if L in args or any(isinstance(a, Batch) and L in a.items for a in args):
+        if any(a == L for a in args if isinstance(a, LeaseRef)) or any(isinstance(a, Batch) and L in a.items
+                                                                      for a in args):
             if not self.refs:
                 return call("stats")
             ref = self.lease()
@@ -350,6 +538,14 @@ class RandomOps:
             inner.append(call("ack_many", Batch("list", (self.lease(),))))
         if "ack_and_claim" in methods and self.refs:  # reads the clock before the currency
             inner.append(call("ack_and_claim", self.lease(), "w1", 3, self.rng.choice([0, INT64_MIN])))
+        if self.caps.later:  # reads the clock
+            inner.append(call("publish", "g0", self.event(), delay=1))
+        if self.caps.once:  # reads the clock with a window only
+            inner.append(call("publish", "g1", self.event(), key="a"))
+        if self.caps.release:
+            if self.refs:  # a delay reads the clock before the currency
+                inner += [call("release", self.lease(), 3), call("release", self.lease())]
+            inner.append(call("retry", self._recent_group()))  # always reads the clock
         return ("fault", self.rng.choice(FAULTS), self.rng.choice(inner))
 
     def misc(self) -> Iterator[Op]:
@@ -380,7 +576,11 @@ class RandomOps:
         methods = ["ack", "nack", "extend"]
         if "ack_and_claim" in self.caps.methods:
             methods.append("ack_and_claim")
+        if self.caps.release:
+            methods.append("release")
         method = self.rng.choice(methods)
+        if method == "release":
+            return self.release(lease)
         if method == "ack":
             return call("ack", lease)
         if method == "ack_and_claim":
@@ -436,7 +636,9 @@ class RandomOps:
                 group = rng.choice(self.names)
                 items.append((group, self.event()) if priority is OMIT else (group, self.event(), priority))
             form = rng.choices(["list", "iter", "tuple"], [7, 2, 1])[0]
-            return call("publish_many", Batch(form, tuple(items)))
+            if not self.part5:
+                return call("publish_many", Batch(form, tuple(items)))
+            return self._later_once_batch(form, items)
         if method == "claim_many":
             floor = rng.choice(self.floors)
             args = (rng.choice(WORKERS), self.pick(VISIBILITIES), rng.choice([0, 1, 2, 3, 5, 8, 2**70]))
@@ -450,6 +652,25 @@ class RandomOps:
         if self.caps.foreign and rng.random() < 0.1:
             leases.append(FOREIGN)
         return call("ack_many", Batch(rng.choice(["list", "list", "iter"]), tuple(leases)))
+
+    def _later_once_batch(self, form: str, items: List[Tuple[Any, ...]]) -> Op:
+        """Part 5: 4-tuple items with keys (to a few groups), a ``delay``."""
+        rng = self.rng
+        if self.caps.once:
+            keyed = []
+            for item in items:
+                if rng.random() < 0.5:
+                    key = self.pick(KEYS)
+                    priority = item[2] if len(item) == 3 else rng.choice([0, 0, 1])
+                    group = rng.choice(FEW_GROUPS) if rng.random() < 0.7 else item[0]
+                    item = (group, item[1], priority, None if key is OMIT else key)
+                keyed.append(item)
+            items = keyed
+        kwargs: Tuple[Tuple[str, Any], ...] = ()
+        if self.caps.later and rng.random() < 0.4:
+            delay = self.pick(PUBLISH_DELAYS)
+            kwargs = (("delay", 0 if delay is OMIT else delay),)
+        return ("call", "publish_many", (Batch(form, tuple(items)),), kwargs)
 
     def ack_and_claim(self, lease: Any = None) -> Op:
         """``ack_and_claim`` of ``lease`` (default: a recent lease, now and
@@ -500,6 +721,8 @@ class RandomOps:
             phases += ["batch"]
         if any(m in self.caps.methods for m in QUARANTINE):
             phases += ["quarantine", "quarantine"]
+        if self.part5:
+            phases += ["later", "later"]
         while self.emitted < self.count:
             phase = rng.choice(phases)
             left = self.count - self.emitted
@@ -540,22 +763,25 @@ class RandomOps:
         has_batch = any(m in self.caps.methods for m in BATCHES)
         has_quarantine = any(m in self.caps.methods for m in QUARANTINE)
         has_ack_and_claim = "ack_and_claim" in self.caps.methods
-        weights = {  # publish claim ack nack extend bad advance misc control batch quarantine ack_and_claim
-            "fill": [60, 20, 5, 5, 2, 3, 2, 6, 2, 3, 2, 3],
-            "drain": [5, 45, 30, 8, 4, 3, 3, 5, 2, 3, 3, 12],
-            "churn": [25, 30, 20, 10, 6, 3, 2, 6, 5, 4, 4, 8],
-            "time": [10, 30, 10, 10, 10, 3, 22, 6, 3, 2, 3, 6],
-            "control": [20, 25, 15, 5, 3, 2, 5, 3, 25, 3, 3, 3],
-            "batch": [10, 15, 10, 5, 3, 3, 5, 3, 5, 40, 2, 8],
-            "quarantine": [18, 25, 10, 5, 3, 3, 6, 3, 4, 2, 30, 3],
+        weights = {  # publish claim ack nack extend bad advance misc control batch quarantine ack_and_claim part5
+            "fill": [60, 20, 5, 5, 2, 3, 2, 6, 2, 3, 2, 3, 4],
+            "drain": [5, 45, 30, 8, 4, 3, 3, 5, 2, 3, 3, 12, 6],
+            "churn": [25, 30, 20, 10, 6, 3, 2, 6, 5, 4, 4, 8, 6],
+            "time": [10, 30, 10, 10, 10, 3, 22, 6, 3, 2, 3, 6, 5],
+            "control": [20, 25, 15, 5, 3, 2, 5, 3, 25, 3, 3, 3, 3],
+            "batch": [10, 15, 10, 5, 3, 3, 5, 3, 5, 40, 2, 8, 3],
+            "quarantine": [18, 25, 10, 5, 3, 3, 6, 3, 4, 2, 30, 3, 4],
+            "later": [25, 25, 12, 4, 2, 4, 12, 6, 3, 4, 3, 3, 30],
         }[phase]
         if not has_quarantine:  # the weight goes, the draws stay those of the streams before Part 4
             weights[10] = 0
         if not has_ack_and_claim:  # likewise: a trailing zero weight changes no draw
             weights[11] = 0
+        if not self.part5:  # likewise for Part 5
+            weights[12] = 0
         for _ in range(min(left, rng.randint(30, 1500 if phase == "fill" else 600))):
             kind = rng.choices(["publish", "claim", "ack", "nack", "extend", "bad", "advance", "misc", "control",
-                                "batch", "quarantine", "ack_and_claim"], weights)[0]
+                                "batch", "quarantine", "ack_and_claim", "part5"], weights)[0]
             if kind in ("ack", "nack", "extend") and not self.refs:
                 kind = "claim"
             if (kind == "control" and not has_control) or (kind == "batch" and not has_batch):
@@ -588,6 +814,8 @@ class RandomOps:
                     yield self.ack_and_claim()
                 else:
                     yield from self._worker_loop(left)
+            elif kind == "part5":
+                yield self.part5_op()
             else:
                 yield from self.misc()
 
@@ -617,7 +845,7 @@ class RandomOps:
     def _edge(self) -> Iterator[Op]:
         """The clock exactly on an expiry (still live), then just past it."""
         rng = self.rng
-        ends: List[float] = list(self.parks)
+        ends: List[float] = list(self.parks) + list(self.dues)
         for ref in list(self.refs)[-8:]:
             result = self.h.results.get(ref.uid)
             if result is not None:
@@ -631,5 +859,5 @@ class RandomOps:
         yield ("set", end)
         yield self.observe()
         if rng.random() < 0.7:
-            yield ("set", math.nextafter(end, INF) if hasattr(math, "nextafter") else end + 1e-6)
+            yield ("set", _next_up(end))
             yield self.observe()

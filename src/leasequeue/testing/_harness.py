@@ -50,11 +50,11 @@ EXPECTED_ERRORS: Tuple[type, ...] = (LeaseLost, OverflowError, TypeError, ValueE
 #: the event of the lease issued by another transport instance
 FOREIGN_EVENT = ["foreign"]
 
-STATS_FIELDS = ("messages", "groups", "leased", "parked", "paused", "buried")
+STATS_FIELDS = ("messages", "groups", "leased", "parked", "paused", "buried", "scheduled")
 GROUP_FIELDS = ("group_id", "priority", "messages", "state", "paused", "head_seq", "worker_id", "expires_at",
-                "attempt", "last_claimed_at", "reason")
+                "attempt", "last_claimed_at", "reason", "due_at")
 LEASE_FIELDS = ("seq", "group_id", "worker_id", "expires_at", "attempt")
-MESSAGE_FIELDS = ("seq", "event", "attempt")
+MESSAGE_FIELDS = ("seq", "event", "attempt", "due_at", "key")
 #: the methods whose results later operations name (``LeaseRef``): a lease
 #: (``claim``, ``extend``, ``ack_and_claim``) or a list of them (``claim_many``)
 LEASE_MAKERS = ("claim", "extend", "claim_many", "ack_and_claim")
@@ -116,9 +116,10 @@ def normalize(value: Any, identity: bool = True) -> Any:
     if getattr(value, "_fields", None) == MESSAGE_FIELDS:  # peek: before the lease test (it has attempt, event)
         event = ("is", id(value.event)) if identity else ("==", value.event)
         return ("message", kind.__name__, tuple((f, type(getattr(value, f)).__name__, getattr(value, f))
-                                                for f in ("seq", "attempt")), event)
+                                                for f in ("seq", "attempt", "due_at", "key")), event)
     if hasattr(value, "head_seq"):
-        return ("group", tuple((f, type(getattr(value, f)).__name__, getattr(value, f)) for f in GROUP_FIELDS))
+        return ("group", tuple((f, type(getattr(value, f, None)).__name__, getattr(value, f, None))
+                               for f in GROUP_FIELDS))
     if hasattr(value, "attempt") and hasattr(value, "event"):
         event = ("is", id(value.event)) if identity else ("==", value.event)
         fields = tuple((f, type(getattr(value, f)).__name__, getattr(value, f)) for f in LEASE_FIELDS)
@@ -267,6 +268,13 @@ class Harness:
         key = keys[0]
         self.last = key
         name = op[1] if op[0] == "call" else ("fault:" + op[2][1]) if in_fault else op[0]
+        if op[0] == "call" and op[1] in ("publish", "publish_many"):  # Part 5's arguments, tallied apart
+            given = [k for k, v in op[3] if k in ("delay", "key") and v is not OMIT]
+            if op[1] == "publish_many" and any(isinstance(a, Batch) and any(isinstance(i, tuple) and len(i) == 4
+                                                                            for i in a.items) for a in op[2]):
+                given.append("key")
+            if given:
+                name += f"({','.join(sorted(set(given)))})"
         self.tally[f"{name} {key[0] if key is not None else 'None'}"] += 1
         return key
 

@@ -8,9 +8,10 @@ SPEC.md names and the choices of ``docs/decisions.md``:
 * round-robin by the *order of claims* (a claim counter) instead of the
   ``last_claimed_at`` timestamp; never-claimed groups first (key 0), in the
   order of their oldest message (the ``seq`` tie-break of the sort);
-* fencing: each message counts its deliveries (``attempt``) and knows whether
-  the latest delivery is still open; ``ack``/``nack``/``extend`` with a lease
-  that is not current raise ``LeaseLost`` and change nothing;
+* fencing: each message counts its deliveries (``attempt``) and remembers
+  its open delivery's number (``delivery``, None when closed);
+  ``ack``/``nack``/``extend`` with a lease that is not current raise
+  ``LeaseLost`` and change nothing;
 * the SPEC's bad-input table, each argument validated in signature order
   before the clock is read and before anything changes;
 * expiry applied, permanently, by the operations that read the clock for it
@@ -30,7 +31,18 @@ SPEC.md names and the choices of ``docs/decisions.md``:
   choices pinned in the "Part 4" section of ``docs/decisions.md``;
 * ``ack_and_claim``: ``ack`` then a non-waiting ``claim``, one clock reading
   for both, nothing changed when the lease is not current (the
-  "ack_and_claim" section of ``docs/decisions.md``).
+  "ack_and_claim" section of ``docs/decisions.md``);
+* Part 5 (the "Part 5 ... pinned" section of ``docs/decisions.md``):
+  *later* -- a message dict carries its ``due`` time (``None`` without a
+  delay), and a group whose head has ``due >= now`` is not eligible;
+  *once* -- a message dict carries its ``key``, and a key is held per
+  ``(group_id, key)`` while its message is held and, with a
+  ``dedup_window``, until ``now >= published_at + dedup_window`` (a list of
+  the keys whose message has left); *honest attempts* -- ``release`` is
+  ``nack`` with the attempt handed back, ``retry`` resets the head, and
+  fencing is by delivery: each claim is numbered by the claim counter
+  (the round-robin key), a message remembers the number of its open
+  delivery, and an issued lease carries its number privately.
 
 It was written from the SPEC and the decisions, never from a transport's
 code, so that a differential test against it is a test against the contract
@@ -68,10 +80,13 @@ class ReferenceLease:
 
     Equal when the five non-event fields are equal and the events are the
     same object; the hash ignores the event.  A lease built by hand (six
-    positional fields) has no issuing transport and is never current.
+    positional fields) has no issuing transport and no delivery number, and
+    is never current (unless the referee accepts rebuilt leases).  An issued
+    lease carries, privately, the number of the delivery it names
+    (``_delivery``: the claim counter's value at that claim).
     """
 
-    __slots__ = ("seq", "group_id", "event", "worker_id", "expires_at", "attempt", "_owner")
+    __slots__ = ("seq", "group_id", "event", "worker_id", "expires_at", "attempt", "_owner", "_delivery")
 
     seq: int
     group_id: str
@@ -80,11 +95,12 @@ class ReferenceLease:
     expires_at: float
     attempt: int
     _owner: Any
+    _delivery: Optional[int]
 
     def __init__(
         self, seq: int, group_id: str, event: Any, worker_id: str, expires_at: float, attempt: int
     ) -> None:
-        for name, value in zip(self.__slots__, (seq, group_id, event, worker_id, expires_at, attempt, None)):
+        for name, value in zip(self.__slots__, (seq, group_id, event, worker_id, expires_at, attempt, None, None)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -112,8 +128,10 @@ class ReferenceLease:
 
 
 def _issue(owner: Any, m: dict[str, Any]) -> ReferenceLease:
+    """The lease of ``m``'s open delivery, naming it by its number."""
     lease = ReferenceLease(m["seq"], m["group_id"], m["event"], m["locked_by"], m["lock_expiry"], m["attempt"])
     object.__setattr__(lease, "_owner", owner)
+    object.__setattr__(lease, "_delivery", m["delivery"])
     return lease
 
 
@@ -185,6 +203,15 @@ def _check_reason(value: Any) -> str:
     return str.__getitem__(value, slice(None))
 
 
+def _check_key(value: Any) -> Optional[str]:
+    """``key``: ``None`` or a ``str``; a subclass becomes an exact str."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"key must be a str or None, not {type(value).__name__}")
+    return str.__getitem__(value, slice(None))
+
+
 def _check_clock_value(value: Any) -> float:
     """What the clock returned: int or float (not bool), finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -198,37 +225,47 @@ def _check_clock_value(value: Any) -> float:
     return now
 
 
-def _check_item(item: Any) -> tuple[str, Any, int]:
-    """One ``publish_many`` item: a tuple ``(group_id, event)`` or
-    ``(group_id, event, priority)``.  A tuple subclass (a named tuple) is read
-    as the tuple it is; anything else is a ``TypeError``, a tuple of another
-    length a ``ValueError``."""
+def _check_item(item: Any) -> tuple[str, Any, int, Optional[str]]:
+    """One ``publish_many`` item: a tuple ``(group_id, event)``,
+    ``(group_id, event, priority)`` or ``(group_id, event, priority, key)``,
+    its fields checked in that order.  A tuple subclass (a named tuple) is
+    read as the tuple it is; anything else is a ``TypeError``, a tuple of
+    another length a ``ValueError``."""
     if not isinstance(item, tuple):
         raise TypeError(f"publish_many items must be tuples, not {type(item).__name__}")
     size = tuple.__len__(item)
-    if size not in (2, 3):
-        raise ValueError(f"a publish_many item has 2 or 3 fields, not {size}")
+    if size not in (2, 3, 4):
+        raise ValueError(f"a publish_many item has 2, 3 or 4 fields, not {size}")
     group_id = _check_id(tuple.__getitem__(item, 0), "group_id")
-    priority = _check_priority(tuple.__getitem__(item, 2), "priority") if size == 3 else 0
-    return group_id, tuple.__getitem__(item, 1), priority
+    priority = _check_priority(tuple.__getitem__(item, 2), "priority") if size >= 3 else 0
+    key = _check_key(tuple.__getitem__(item, 3)) if size == 4 else None
+    return group_id, tuple.__getitem__(item, 1), priority, key
 
 
 class ReferenceTransport:
     """The seed's algorithm, literally, with the SPEC's differences.
 
-    ``ReferenceTransport(clock=time.time)``: the same constructor and methods
-    as ``leasequeue.InMemoryTransport`` (Parts 1, 2 and 4, without waiting),
-    returning ``ReferenceLease`` leases and the shared ``TransportStats`` and
-    ``GroupInfo`` values.  Not thread-safe and O(N log N) per claim: it is a
-    referee, not a transport to run.
+    ``ReferenceTransport(clock=time.time, *, dedup_window=0.0)``: the same
+    constructor and methods as ``leasequeue.InMemoryTransport`` (Parts 1, 2,
+    4 and 5, without waiting), returning ``ReferenceLease`` leases and the
+    shared ``TransportStats``, ``GroupInfo`` and ``Message`` values.  Not
+    thread-safe and O(N log N) per claim: it is a referee, not a transport
+    to run.
+
+    ``dedup_window`` (seconds, validated like ``delay``, after ``clock``):
+    how long a key stays held after its message has left (Part 5, "Once");
+    ``0.0`` holds a key exactly while its message is held, ``math.inf`` for
+    the transport's life.
 
     ``accepts_rebuilt_leases=True`` makes it the referee of a backend that
     names a delivery by the lease's fields (a durable one, whose leases any
     process may rebuild): a lease it did not issue -- built by hand, or
     issued by another instance -- is then current when its ``seq``,
     ``group_id``, ``worker_id`` and ``attempt`` (exact ``int``/``str``) name
-    the message's open delivery; ``expires_at`` and ``event`` are not
-    compared.  By default only the leases this instance issued are current.
+    the message's open delivery (and, for a lease that carries a delivery
+    number, that number is the open delivery's); ``expires_at`` and
+    ``event`` are not compared.  By default only the leases this instance
+    issued are current, each while its delivery is open.
 
     ``usable_after_close=False`` makes it the referee of a backend whose
     ``close()`` releases its connection (docs/decisions.md, "Part 3"):
@@ -242,16 +279,21 @@ class ReferenceTransport:
         self,
         clock: Callable[[], float] = time.time,
         *,
+        dedup_window: float = 0.0,
         accepts_rebuilt_leases: bool = False,
         usable_after_close: bool = True,
     ) -> None:
         if not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self._window = _check_duration(dedup_window, "dedup_window")
         self._clock = clock
         self._accepts_rebuilt = bool(accepts_rebuilt_leases)
         self._usable_after_close = bool(usable_after_close)
         #: the seed's list of messages, in publish (seq) order
         self._messages: List[Dict[str, Any]] = []
+        #: keys whose message has left, still held while the window runs
+        #: (only with ``dedup_window > 0``): group_id, key, seq, published_at
+        self._gone_keys: List[Dict[str, Any]] = []
         #: per group: priority, round-robin key, pause, bury, creation number
         self._groups: Dict[str, Dict[str, Any]] = {}
         self._seq = 0
@@ -312,19 +354,64 @@ class ReferenceTransport:
 
     # -- Part 1 ---------------------------------------------------------------
 
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+    def publish(
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None
+    ) -> int:
+        """Append ``event`` (scheduled until ``now + delay`` when ``delay >
+        0``); with a ``key`` that is held in the group, publish nothing and
+        return the seq of the message that holds it."""
         group_id = _check_id(group_id, "group_id")
         priority = _check_priority(priority, "priority")
+        delay = _check_duration(delay, "delay")
+        key = _check_key(key)
         self._usable()
-        return self._publish(group_id, event, priority)
+        now = None
+        if delay > 0 or (key is not None and self._window > 0):
+            now = self._use(self._read_clock())  # moves the time; applies no expiry (as nack's reading)
+        return self._publish(group_id, event, priority, delay, key, now)
 
-    def _publish(self, group_id: str, event: Any, priority: int) -> int:
+    def _publish(self, group_id: str, event: Any, priority: int, delay: float, key: Optional[str],
+                 now: Optional[float]) -> int:
+        """One message; ``now`` is the reading (None when none was needed)."""
+        if key is not None:
+            holder = self._holder(group_id, key, now)
+            if holder is not None:
+                return holder  # nothing published, no seq used, no group created
         self._seq += 1
         self._messages.append({"seq": self._seq, "group_id": group_id, "event": event, "locked_by": None,
-                               "lock_expiry": 0.0, "attempt": 0, "open": False, "holder": None})
+                               "lock_expiry": 0.0, "attempt": 0, "delivery": None, "holder": None,
+                               "due": now + delay if delay > 0 else None,  # type: ignore[operator]
+                               "key": key, "published_at": now})
         if group_id not in self._groups:  # the priority counts on creation only
             self._new_group(group_id, priority, paused=False)
         return self._seq
+
+    def _holder(self, group_id: str, key: str, now: Optional[float]) -> Optional[int]:
+        """The seq of the message holding ``key`` in ``group_id``, if held:
+        a held message with that key, or (with a window) one gone for less
+        than ``dedup_window`` since its publish."""
+        for m in self._messages:
+            if m["group_id"] == group_id and m["key"] == key:
+                return m["seq"]
+        if now is not None:
+            self._gone_keys = [k for k in self._gone_keys if now < k["published_at"] + self._window]
+            for k in self._gone_keys:
+                if k["group_id"] == group_id and k["key"] == key:
+                    return k["seq"]
+        return None
+
+    def _leave(self, m: Dict[str, Any]) -> None:
+        """``m`` leaves the transport (ack, skip, purge): with a window, its
+        key stays held until ``now >= published_at + dedup_window``."""
+        self._messages.remove(m)
+        if m["key"] is not None and self._window > 0:
+            self._gone_keys.append({"group_id": m["group_id"], "key": m["key"], "seq": m["seq"],
+                                    "published_at": m["published_at"]})
+
+    @staticmethod
+    def _scheduled(m: Dict[str, Any], now: float) -> bool:
+        """Published with a delay and not due at ``now`` (due is ``due < now``)."""
+        return m["due"] is not None and m["due"] >= now
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
@@ -344,17 +431,23 @@ class ReferenceTransport:
     def _claim(self, worker_id: str, visibility: float, min_priority: int, now: float) -> Optional[ReferenceLease]:
         # after _now() every remaining lock has lock_expiry >= now: in flight
         in_flight = {m["group_id"] for m in self._messages if m["locked_by"] is not None}
+        # only a group's head matters: a head not due holds its whole group
+        heads: Dict[str, Dict[str, Any]] = {}
+        for m in self._messages:  # in seq order: the first of a group is its head
+            heads.setdefault(m["group_id"], m)
+        waiting = {gid for gid, head in heads.items() if self._scheduled(head, now)}
         order = sorted(self._messages, key=lambda m: (self._groups[m["group_id"]]["claim_order"], m["seq"]))
         for m in order:
             group = self._groups[m["group_id"]]
-            if m["group_id"] in in_flight or group["paused"] or group["buried"] or group["priority"] < min_priority:
+            if m["group_id"] in in_flight or m["group_id"] in waiting or group["paused"] or group["buried"] \
+                    or group["priority"] < min_priority:
                 continue
+            self._claims += 1  # numbers the delivery, and is the round-robin key
             m["locked_by"] = worker_id
             m["lock_expiry"] = now + visibility
             m["attempt"] += 1
-            m["open"] = True
+            m["delivery"] = self._claims  # the open delivery: an older one's lease is no longer current
             m["holder"] = worker_id  # the delivery's worker, also once its lock expired
-            self._claims += 1
             group["claim_order"] = self._claims  # round-robin: to the back
             group["last_claimed_at"] = now
             return _issue(self, m)
@@ -367,25 +460,29 @@ class ReferenceTransport:
         return lease
 
     def _current(self, lease: ReferenceLease) -> Optional[Dict[str, Any]]:
-        """The lease's message if the lease is current, else None."""
+        """The lease's message if the lease is current, else None: an issued
+        lease is current while its delivery is its message's open one."""
         if lease._owner is not self:
             if not self._accepts_rebuilt:
                 return None  # forged, or issued by another transport
             return self._named_by_fields(lease)
         for m in self._messages:
             if m["seq"] == lease.seq:
-                return m if m["attempt"] == lease.attempt and m["open"] else None
+                return m if m["delivery"] is not None and m["delivery"] == lease._delivery else None
         return None
 
     def _named_by_fields(self, lease: ReferenceLease) -> Optional[Dict[str, Any]]:
         """``accepts_rebuilt_leases``: the message whose open delivery the
-        lease's fields name, if any."""
+        lease's fields name, if any (and, if the lease carries a delivery
+        number, whose open delivery has that number)."""
         seq, group_id, worker_id, attempt = lease.seq, lease.group_id, lease.worker_id, lease.attempt
         if type(seq) is not int or type(attempt) is not int or type(group_id) is not str or type(worker_id) is not str:
             return None
         for m in self._messages:
             if m["seq"] == seq:
-                named = m["open"] and m["attempt"] == attempt and m["group_id"] == group_id
+                named = m["delivery"] is not None and m["attempt"] == attempt and m["group_id"] == group_id
+                if lease._delivery is not None and lease._delivery != m["delivery"]:
+                    return None
                 return m if named and m["holder"] == worker_id else None
         return None
 
@@ -401,7 +498,7 @@ class ReferenceTransport:
         self._ack(m)
 
     def _ack(self, m: Dict[str, Any]) -> None:
-        self._messages.remove(m)
+        self._leave(m)
         self._forget_if_done(m["group_id"])
 
     def nack(self, lease: Any, delay: float = 0.0) -> None:
@@ -418,7 +515,15 @@ class ReferenceTransport:
         else:
             m["locked_by"] = None
             m["lock_expiry"] = 0.0
-        m["open"] = False  # the group keeps its round-robin place
+        m["delivery"] = None  # closed; the group keeps its round-robin place
+
+    def release(self, lease: Any, delay: float = 0.0) -> None:
+        """``nack(lease, delay)`` whose delivery does not count: the
+        message's attempt count goes back to ``lease.attempt - 1``."""
+        self.nack(lease, delay)  # every check, error and clock reading of nack's
+        for m in self._messages:
+            if m["seq"] == lease.seq:
+                m["attempt"] = lease.attempt - 1
 
     def extend(self, lease: Any, visibility: float) -> ReferenceLease:
         lease = self._check_lease(lease)
@@ -434,7 +539,7 @@ class ReferenceTransport:
 
     def stats(self) -> TransportStats:
         self._usable()
-        self._now()
+        now = self._now()
         return TransportStats(
             messages=len(self._messages),
             groups=len({m["group_id"] for m in self._messages}),
@@ -442,6 +547,7 @@ class ReferenceTransport:
             parked=sum(1 for m in self._messages if m["locked_by"] == PARKED),
             paused=sum(1 for g in self._groups.values() if g["paused"]),
             buried=sum(1 for g in self._groups.values() if g["buried"]),
+            scheduled=sum(1 for m in self._messages if self._scheduled(m, now)),
         )
 
     def __len__(self) -> int:
@@ -507,7 +613,8 @@ class ReferenceTransport:
         if self._groups.pop(group_id, None) is None:
             return 0
         removed = self._of(group_id)
-        self._messages = [m for m in self._messages if m["group_id"] != group_id]
+        for m in removed:
+            self._leave(m)  # a key stays held while the window runs
         return len(removed)
 
     def set_priority(self, group_id: str, priority: int) -> bool:
@@ -546,8 +653,10 @@ class ReferenceTransport:
             state = "buried"
             worker_id, expires_at, attempt = held[0]["holder"], None, held[0]["attempt"]
         else:
-            state = "paused" if group["paused"] else "ready"
+            scheduled = bool(held) and self._scheduled(held[0], now)
+            state = "paused" if group["paused"] else "scheduled" if scheduled else "ready"
             worker_id = expires_at = attempt = None
+        due_at = held[0]["due"] if held and self._scheduled(held[0], now) else None
         return GroupInfo(
             group_id=group_id,
             priority=group["priority"],
@@ -560,6 +669,7 @@ class ReferenceTransport:
             attempt=attempt,
             last_claimed_at=group["last_claimed_at"],
             reason=group["reason"],
+            due_at=due_at,
         )
 
     # -- Part 4: quarantine ---------------------------------------------------------
@@ -576,7 +686,7 @@ class ReferenceTransport:
             raise self._lost(lease)
         m["locked_by"] = None  # the delivery ends, as after nack(0) ...
         m["lock_expiry"] = 0.0
-        m["open"] = False
+        m["delivery"] = None
         group = self._groups[m["group_id"]]
         group["buried"] = True  # ... but the group waits; its round-robin place is kept
         group["reason"] = reason
@@ -595,7 +705,7 @@ class ReferenceTransport:
         head = held[0]
         if head["locked_by"] not in (None, PARKED):  # a live lease (_now() dropped the expired ones)
             return False
-        self._messages.remove(head)  # a park ends with it; an open delivery stops being current
+        self._leave(head)  # a park ends with it; an open delivery stops being current
         group["buried"] = False
         group["reason"] = None
         self._forget_if_done(group_id)
@@ -607,15 +717,50 @@ class ReferenceTransport:
         group_id = _check_id(group_id, "group_id")
         max_count = _check_count(max_count)
         self._usable()
-        return [Message(m["seq"], m["event"], m["attempt"]) for m in self._of(group_id)[:max_count]]
+        return [Message(m["seq"], m["event"], m["attempt"], m["due"], m["key"]) for m in self._of(group_id)[:max_count]]
+
+    # -- Part 5: retry -----------------------------------------------------------------
+
+    def retry(self, group_id: str) -> bool:
+        """The operator's "run it again from scratch": reads the clock and
+        applies expiry (as ``skip``); ``False`` for an unknown or empty group
+        or a head under a live lease; else the head's attempt count goes back
+        to 0, a bury is lifted, a park ended, an expired lease's delivery
+        closed (a pause, a schedule and the round-robin place stay)."""
+        group_id = _check_id(group_id, "group_id")
+        self._usable()
+        self._now()
+        group = self._groups.get(group_id)
+        held = self._of(group_id)
+        if group is None or not held:
+            return False
+        head = held[0]
+        if head["locked_by"] not in (None, PARKED):  # a live lease (_now() dropped the expired ones)
+            return False
+        head["attempt"] = 0
+        head["locked_by"] = None  # a park ends
+        head["lock_expiry"] = 0.0
+        head["delivery"] = None  # an expired lease stops being current
+        group["buried"] = False
+        group["reason"] = None
+        return True
 
     # -- Part 2: batches -----------------------------------------------------------
 
-    def publish_many(self, items: Iterable[Any]) -> List[int]:
-        """All items validated first; then published in order, as one by one."""
+    def publish_many(self, items: Iterable[Any], *, delay: float = 0.0) -> List[int]:
+        """All items validated first, then ``delay``; then published in
+        order, as one by one at one ``now`` (read if ``delay > 0`` or an item
+        has a key and ``dedup_window > 0``; not for an empty batch).  An item
+        whose key is held, by an earlier item too, gets the holder's seq."""
         checked = [_check_item(item) for item in list(items)]
+        delay = _check_duration(delay, "delay")
         self._usable()
-        return [self._publish(group_id, event, priority) for group_id, event, priority in checked]
+        if not checked:
+            return []
+        now = None
+        if delay > 0 or (self._window > 0 and any(key is not None for _, _, _, key in checked)):
+            now = self._use(self._read_clock())
+        return [self._publish(group_id, event, priority, delay, key, now) for group_id, event, priority, key in checked]
 
     def claim_many(
         self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0

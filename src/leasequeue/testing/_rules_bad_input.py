@@ -1,4 +1,5 @@
-"""The contract's bad-input table, row by row, for every Part 1 method.
+"""The contract's bad-input table, row by row, for every Part 1 method
+(``BadInputRules``) and for Part 5's new arguments (``Part5BadInputRules``).
 
 Each case runs the same history on two transports, makes the bad call on
 one of them, checks the exception type, then compares everything observable
@@ -19,10 +20,10 @@ from typing import Any, Callable, Dict, List, NamedTuple
 import pytest
 
 from .._errors import LeaseLost
-from ._contract_base import ContractBase, ContractClock, MakeTransport, fingerprint
+from ._contract_base import ContractBase, ContractClock, MakeTransport, fingerprint, requires
 from ._reference import INT64_MAX, INT64_MIN
 
-__all__ = ["BadInputRules", "ClockTouched", "assert_changes_nothing", "bad_input_history"]
+__all__ = ["BadInputRules", "ClockTouched", "Part5BadInputRules", "assert_changes_nothing", "bad_input_history"]
 
 NAN = float("nan")
 
@@ -299,3 +300,216 @@ class BadInputRules(ContractBase):
         t = new_transport(clock)
         leases = bad_input_history(t, clock)
         check(t, clock, leases, call(t, leases))
+
+
+# -- Part 5: later, once, honest attempts ------------------------------------------
+# The rows of the bad-input table for Part 5's new arguments (docs/decisions.md,
+# "Part 5 ... pinned", "Arguments and the clock"), each gated by the flags of
+# what it needs.  The constructor's ``dedup_window`` is not among them: how a
+# transport is built is the subclass's business (``make_transport``).
+
+_BAD_TYPES = (("str", "10"), ("true", True), ("false", False), ("none", None), ("decimal", Decimal(1)),
+              ("complex", 1j), ("list", [1]))
+_BAD_VALUES = (("-1", -1), ("-tiny", -1e-300), ("nan", NAN), ("-inf", -math.inf), ("-huge-int", -(10**400)))
+_BAD_KEYS = (("int", 1), ("bytes", b"k"), ("list", ["k"]), ("float", 1.0), ("true", True))
+_NOT_LEASES = (("none", None), ("tuple", (1, "a", "a1", "w", 1010.0, 1)), ("int", 1),
+               ("lookalike-lease", LookalikeLease(3, "b", "b1", "w", 1010.0, 1)))
+
+LATER_ROWS: List[Any] = []  # publish(delay=) (and the order with the earlier arguments)
+LATER_BATCH_ROWS: List[Any] = []  # publish_many(delay=)
+ONCE_ROWS: List[Any] = []  # publish(key=)
+ONCE_BATCH_ROWS: List[Any] = []  # 4-tuple publish_many items
+LATER_ONCE_ROWS: List[Any] = []  # delay before key
+LATER_ONCE_BATCH_ROWS: List[Any] = []  # publish_many: keyed items before delay
+RELEASE_ROWS: List[Any] = []  # release(lease, delay), retry(group_id)
+
+
+def _build_part5_rows() -> None:
+    name: str
+    bad: Any
+
+    def row(rows: List[Any], id: str, call: Callable[..., Any], error: type) -> None:
+        rows.append(pytest.param(call, error, id=id))
+
+    for name, bad in _BAD_TYPES:
+        row(LATER_ROWS, f"publish-delay-{name}", lambda t, l, bad=bad: t.publish("a", "e", delay=bad), TypeError)
+        row(LATER_BATCH_ROWS, f"publish_many-delay-{name}",
+            lambda t, l, bad=bad: t.publish_many([("a", "e")], delay=bad), TypeError)
+        row(RELEASE_ROWS, f"release-delay-{name}", lambda t, l, bad=bad: t.release(l["current"], bad), TypeError)
+    for name, bad in _BAD_VALUES:
+        row(LATER_ROWS, f"publish-delay-{name}", lambda t, l, bad=bad: t.publish("a", "e", delay=bad), ValueError)
+        row(LATER_BATCH_ROWS, f"publish_many-delay-{name}",
+            lambda t, l, bad=bad: t.publish_many([("a", "e")], delay=bad), ValueError)
+        row(RELEASE_ROWS, f"release-delay-{name}",
+            lambda t, l, bad=bad: t.release(l["current"], delay=bad), ValueError)
+    row(LATER_ROWS, "publish-order-group-before-delay", lambda t, l: t.publish(5, "e", delay=-1), TypeError)
+    row(LATER_ROWS, "publish-order-priority-before-delay", lambda t, l: t.publish("a", "e", "x", delay=-1),
+        TypeError)
+    row(LATER_ROWS, "publish-order-priority-range-before-delay",
+        lambda t, l: t.publish("new", "e", INT64_MAX + 1, delay=NAN), OverflowError)
+    row(LATER_ROWS, "publish-delay-positional", lambda t, l: t.publish("a", "e", 0, 5), TypeError)
+    row(LATER_BATCH_ROWS, "publish_many-order-items-before-delay",
+        lambda t, l: t.publish_many([("a", "e"), (7, "e")], delay=-1), TypeError)
+    row(LATER_BATCH_ROWS, "publish_many-empty-bad-delay", lambda t, l: t.publish_many([], delay=NAN), ValueError)
+    row(LATER_BATCH_ROWS, "publish_many-delay-positional", lambda t, l: t.publish_many([("a", "e")], 5), TypeError)
+    for name, bad in _BAD_KEYS:
+        row(ONCE_ROWS, f"publish-key-{name}", lambda t, l, bad=bad: t.publish("a", "e", key=bad), TypeError)
+        row(ONCE_BATCH_ROWS, f"publish_many-key-{name}",
+            lambda t, l, bad=bad: t.publish_many([("new", "e", 0, "k"), ("a", "e", 0, bad)]), TypeError)
+    row(ONCE_ROWS, "publish-order-group-before-key", lambda t, l: t.publish(None, "e", key=1), TypeError)
+    row(ONCE_ROWS, "publish-order-priority-before-key",
+        lambda t, l: t.publish("new", "e", INT64_MIN - 1, key=1), OverflowError)
+    row(ONCE_BATCH_ROWS, "publish_many-five-fields", lambda t, l: t.publish_many([("a", "e", 0, "k", None)]),
+        ValueError)
+    row(ONCE_BATCH_ROWS, "publish_many-keyed-bad-priority", lambda t, l: t.publish_many([("a", "e", 1.5, "k")]),
+        TypeError)
+    row(ONCE_BATCH_ROWS, "publish_many-keyed-priority-range",
+        lambda t, l: t.publish_many([("a", "e", INT64_MAX + 1, "k")]), OverflowError)
+    row(ONCE_BATCH_ROWS, "publish_many-keyed-then-bad-group",
+        lambda t, l: t.publish_many([("new", "e", 0, "k"), (7, "e", 0, "k")]), TypeError)
+    row(LATER_ONCE_ROWS, "publish-order-delay-before-key", lambda t, l: t.publish("a", "e", delay=-1, key=1),
+        ValueError)
+    row(LATER_ONCE_ROWS, "publish-order-delay-type-before-key",
+        lambda t, l: t.publish("a", "e", delay="x", key="k"), TypeError)
+    row(LATER_ONCE_BATCH_ROWS, "publish_many-order-keyed-items-before-delay",
+        lambda t, l: t.publish_many([("a", "e", 0, 1)], delay=-1), TypeError)
+    for name, bad in _NOT_LEASES:
+        row(RELEASE_ROWS, f"release-{name}", lambda t, l, bad=bad: t.release(bad), TypeError)
+        row(RELEASE_ROWS, f"release-park-{name}", lambda t, l, bad=bad: t.release(bad, 5), TypeError)
+    row(RELEASE_ROWS, "release-order-lease-before-delay", lambda t, l: t.release(None, "x"), TypeError)
+    row(RELEASE_ROWS, "release-order-delay-before-currency", lambda t, l: t.release(l["stale"], -1), ValueError)
+    row(RELEASE_ROWS, "release-delay-positional-and-keyword",
+        lambda t, l: t.release(l["current"], 1, delay=1), TypeError)
+    for name, bad in (("int", 5), ("none", None), ("bytes", b"a"), ("list", ["a"])):
+        row(RELEASE_ROWS, f"retry-group_id-{name}", lambda t, l, bad=bad: t.retry(bad), TypeError)
+
+
+_build_part5_rows()
+
+
+def _check_delay_zero(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any) -> None:
+    """``delay`` 0 or -0.0 is the publish of Part 1: claimable at once, no due."""
+    assert result == 6
+    assert t.stats() == (6, 5, 1, 1, 0, 0, 0)
+    assert _ids(ContractBase.claim_all(t)) == [("c", 4, 1), ("new", 6, 1), ("a", 1, 2)]
+
+
+def _check_delay_inf(t: Any, clock: ContractClock, l: Dict[str, Any], result: Any) -> None:
+    """``delay`` +inf (or an int beyond float range): scheduled for ever."""
+    assert result == 6
+    assert t.stats() == (6, 5, 1, 1, 0, 0, 1)
+    clock.advance(1e300)
+    assert t.stats() == (6, 5, 0, 0, 0, 0, 1)
+    assert [x.group_id for x in ContractBase.claim_all(t, min_priority=INT64_MIN)] == ["c", "a", "b", "d"]
+    assert t.claim("w", 10, min_priority=INT64_MIN) is None
+
+
+#: (call, reads the clock, check)
+LATER_EDGE_ROWS = [
+    pytest.param(lambda t, l: t.publish("new", "e", delay=0), False, _check_delay_zero, id="delay-0"),
+    pytest.param(lambda t, l: t.publish("new", "e", delay=-0.0), False, _check_delay_zero, id="delay-neg0"),
+    pytest.param(lambda t, l: t.publish("new", "e", delay=math.inf), True, _check_delay_inf, id="delay-inf"),
+    pytest.param(lambda t, l: t.publish("new", "e", delay=10**400), True, _check_delay_inf, id="delay-huge-int"),
+]
+
+
+class Part5BadInputRules(ContractBase):
+    """Part 5's rows of the bad-input table: ``delay`` and ``key`` of
+    ``publish``, ``publish_many``'s ``delay`` and 4-tuple items, ``release``'s
+    lease and delay, ``retry``'s group id; each raised before the clock is
+    read, with nothing changed.  Gated by ``supports_later``,
+    ``supports_once``, ``supports_release`` (and ``supports_batches`` for
+    ``publish_many``)."""
+
+    def assert_changes_nothing(
+        self, new_transport: MakeTransport, call: Call, error: type, *, clock_during_call: Any = None
+    ) -> None:
+        """``assert_changes_nothing`` with this transport's identity flag."""
+        assert_changes_nothing(
+            new_transport, call, error, clock_during_call=clock_during_call, identity=self.preserves_identity
+        )
+
+    @requires("supports_later", "delayed publishes (publish(..., delay=))")
+    @pytest.mark.parametrize("call, error", LATER_ROWS)
+    def test_bad_delay(self, new_transport: MakeTransport, call: Call, error: type) -> None:
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=ClockTouched())
+
+    @requires("supports_later", "delayed publishes (publish_many(..., delay=))")
+    @requires("supports_batches", "batches (publish_many, claim_many, ack_many)")
+    @pytest.mark.parametrize("call, error", LATER_BATCH_ROWS)
+    def test_bad_batch_delay(self, new_transport: MakeTransport, call: Call, error: type) -> None:
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=ClockTouched())
+
+    @requires("supports_once", "idempotency keys (publish(..., key=))")
+    @pytest.mark.parametrize("call, error", ONCE_ROWS)
+    def test_bad_key(self, new_transport: MakeTransport, call: Call, error: type) -> None:
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=ClockTouched())
+
+    @requires("supports_once", "idempotency keys (4-tuple publish_many items)")
+    @requires("supports_batches", "batches (publish_many, claim_many, ack_many)")
+    @pytest.mark.parametrize("call, error", ONCE_BATCH_ROWS)
+    def test_bad_keyed_item(self, new_transport: MakeTransport, call: Call, error: type) -> None:
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=ClockTouched())
+
+    @requires("supports_later", "delayed publishes (publish(..., delay=))")
+    @requires("supports_once", "idempotency keys (publish(..., key=))")
+    @pytest.mark.parametrize("call, error", LATER_ONCE_ROWS)
+    def test_delay_is_checked_before_the_key(self, new_transport: MakeTransport, call: Call, error: type) -> None:
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=ClockTouched())
+
+    @requires("supports_later", "delayed publishes (publish_many(..., delay=))")
+    @requires("supports_once", "idempotency keys (4-tuple publish_many items)")
+    @requires("supports_batches", "batches (publish_many, claim_many, ack_many)")
+    @pytest.mark.parametrize("call, error", LATER_ONCE_BATCH_ROWS)
+    def test_keyed_items_are_checked_before_the_delay(
+        self, new_transport: MakeTransport, call: Call, error: type
+    ) -> None:
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=ClockTouched())
+
+    @requires("supports_release", "release and retry")
+    @pytest.mark.parametrize("call, error", RELEASE_ROWS)
+    def test_bad_release_or_retry(self, new_transport: MakeTransport, call: Call, error: type) -> None:
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=ClockTouched())
+
+    @requires("supports_release", "release and retry")
+    def test_release_of_a_lease_not_current(self, new_transport: MakeTransport) -> None:
+        """``LeaseLost``, nothing changed, as ``nack``."""
+        self.assert_changes_nothing(new_transport, lambda t, l: t.release(l["stale"]), LeaseLost)
+        self.assert_changes_nothing(new_transport, lambda t, l: t.release(l["stale"], 7), LeaseLost)
+
+    @requires("supports_release", "release and retry")
+    @pytest.mark.parametrize(
+        "call, error",
+        [
+            pytest.param(lambda t, l: t.release(l["stale"], 7), RuntimeError, id="release-park"),
+            pytest.param(lambda t, l: t.release(l["stale"], 0), LeaseLost, id="release0"),  # reads no clock
+            pytest.param(lambda t, l: t.retry("a"), RuntimeError, id="retry"),  # always reads the clock
+            pytest.param(lambda t, l: t.retry("nope"), RuntimeError, id="retry-unknown"),
+        ],
+    )
+    def test_release_and_retry_read_the_clock_as_pinned(
+        self, new_transport: MakeTransport, call: Call, error: type
+    ) -> None:
+        """``release`` as ``nack``: arguments, the clock if ``delay > 0``, then
+        the currency; ``retry``: the clock, always."""
+        self.assert_changes_nothing(new_transport, call, error, clock_during_call=RuntimeError("clock"))
+
+    @requires("supports_later", "delayed publishes (publish(..., delay=))")
+    @pytest.mark.parametrize("call, reads_clock, check", LATER_EDGE_ROWS)
+    def test_delay_edges_accepted(
+        self, new_transport: MakeTransport, call: Call, reads_clock: bool, check: Callable[..., None]
+    ) -> None:
+        """0 and -0.0 publish as Part 1 does (reading no clock); +inf and an
+        int beyond float range are never due (and read the clock once)."""
+        clock = ContractClock()
+        t = new_transport(clock)
+        leases = bad_input_history(t, clock)
+        reads = clock.reads
+        if not reads_clock:
+            clock.bad = ClockTouched()
+        try:
+            result = call(t, leases)
+        finally:
+            clock.behave()
+        assert clock.reads - reads <= (1 if reads_clock else 0)
+        check(t, clock, leases, result)

@@ -39,6 +39,44 @@ How a claim stays O(log G) (G = groups), whatever the number of messages:
   does, whatever its lock, unless a live lease holds it; ``peek`` slices
   the group's FIFO: O(1 + k).
 
+SPEC Part 5 ("Later", "Once", "Honest attempts") adds three things, each
+paid for only by the messages and calls that use it (a publish, claim and
+ack without a delay or a key pay two identity tests and one branch):
+
+* **Fencing by delivery.**  A delivery is numbered by the claim counter:
+  the claim that makes it sets its group's round-robin key to that number,
+  and the lease carries it (``Lease._delivery``).  ``group.open`` says
+  whether that delivery is still open, so a lease is current exactly while
+  ``group.open and group.key == lease._delivery`` (``_current``): a lease
+  of a closed delivery (acked, nacked, released, buried, skipped, retried,
+  or expired and claimed again) never is, whatever its ``attempt``.
+  ``release`` is ``nack`` that then sets the attempt count back to
+  ``lease.attempt - 1``; ``retry`` resets it to 0, lifts a bury, ends a
+  park and closes an expired lease's open delivery.
+* **Later.**  A message published with a delay has a *due*.  Its FIFO entry
+  is ``(seq, event, due, key)`` instead of ``(seq, event)`` (as is a keyed
+  one's; ``_extras`` counts those held, so code on the hot path tests one
+  counter).  A scheduled *head* is modelled like a park: the group's lock
+  is ``_SCHEDULED`` with ``expires_at = due`` and an entry in the expiry
+  heap, so whatever ends a park (a claim's expiry pop, ``_advance``, the
+  expiry timer of waiting claims) makes it ready once ``due < now`` -- but
+  it has no holder, no delivery, and is not counted as parked.  A message
+  becomes the head when it is published into a group holding nothing, or
+  when an ack, skip (or batch form) takes the message before it; if it has
+  a due, its group then takes the scheduled state, even if the due has
+  passed (the next operation that reads the clock frees it).  A message
+  behind the head just carries its due.  ``stats().scheduled`` counts every
+  held message with ``due >= now``: ``_sched`` maps their seqs to their due,
+  and ``_sched_heap`` (``(due, seq)``, lazy) lets ``stats`` drop the ones
+  whose due has passed; a message that leaves drops its own, and the heap
+  is rebuilt from ``_sched`` when stale entries outnumber live ones.  So a
+  scheduled message costs its entry plus a heap entry and a ``_sched``
+  slot, as a parked one costs its entry plus an expiry entry.
+* **Once.**  ``_keys`` maps ``(group_id, key)`` to the ``_KeyHold`` of the
+  message holding it (see "The idempotency keys" in the storage section):
+  one dict lookup per keyed publish, nothing for the others.
+
+
 The sections below come in the order in which ``transport_c.pyx`` includes
 its ``.pxi`` files, each under a banner named after its file, so the two can
 be read side by side (``tests/inmemory/test_parity.py`` checks the banners):
@@ -404,8 +442,10 @@ def _treap_delete(node: Optional[_Level], priority: int) -> Optional[_Level]:
 #
 # The transport's ``_expiry``: a lazy heapq list of (expires_at, tick, group);
 # an entry is live while its tick is its group's ``tick``
-# (``InMemoryTransport._lock_group``, ``_unlock``, ``_expire``).  The Cython
-# twin's ``ExpiryHeap`` (``expiry.pxi``) is indexed instead.
+# (``InMemoryTransport._lock_group``, ``_schedule``, ``_unlock``,
+# ``_expire``).  A lease's or park's end, or a scheduled head's due.  The
+# Cython twin's ``ExpiryHeap`` (``expiry.pxi``) is indexed instead.
+
 
 
 # -------------------------------------- storage.pxi: message and group storage
@@ -446,7 +486,7 @@ class _Group:
 
     def __init__(self, group_id: str, level: "_Level", seq: int, event: Any) -> None:
         self.group_id = group_id
-        self.messages: List[Optional[Tuple[int, Any]]] = [(seq, event)]
+        self.messages: List[Optional[Tuple[Any, ...]]] = [(seq, event)]
         self.head = 0
         self.level = level
         self.key = seq - _NEVER_CLAIMED
@@ -552,11 +592,13 @@ class _KeyHold:
 # and serves it there (``InMemoryTransport._serve_locked``).
 #
 # THE ENTRY POINT.  Every operation that may have made a message claimable
-# (publish, ack, nack(0); the control plane's resume and set_priority; the
-# batches publish_many and ack_many), or that read the clock and so may have
-# expired locks or pushed an expiry earlier than the expiry timer is armed
-# for (claim, stats, extend, nack(delay > 0), claim_many, group(),
-# groups()), ends, *after* releasing the lock, with
+# (publish, ack, nack(0), release(0); the control plane's resume,
+# set_priority and retry; the batches publish_many and ack_many), or that
+# read the clock and so may have expired locks or pushed an expiry earlier
+# than the expiry timer is armed for (claim, stats, extend, nack(delay > 0),
+# release(delay > 0), claim_many, group(), groups(), skip, retry, a publish
+# with a delay: its due is such an expiry), ends, *after* releasing the
+# lock, with
 #
 #     if self._nwaiting:
 #         self._serve_waiters(now)    # its clock reading, or None if it read none
@@ -566,7 +608,11 @@ class _KeyHold:
 # group made ready, a ready group moved to another priority, a non-empty
 # batch, an ack done.  ``pause`` and ``purge`` make nothing claimable; a
 # purge may drop the expiry the timer is armed for, which then fires, finds
-# nothing due and re-arms for the next one (as after an ack).
+# nothing due and re-arms for the next one (as after an ack).  A publish
+# whose key is held publishes nothing and makes no such call: it wakes
+# nobody.  A scheduled head becoming due is an expiry like a park's end:
+# the timer (armed by the serving that follows the delayed publish, or the
+# ack that exposed the head) wakes a waiting claim for it.
 #
 # With nobody waiting that test is the whole cost.  ``_nwaiting`` is read
 # without the lock, which is enough: a waiting claim queues itself and serves
@@ -703,8 +749,10 @@ class InMemoryTransport:
     ``clock`` is a zero-argument callable returning the time in seconds as a
     float (default ``time.time``); it is read once by ``claim``,
     ``claim_many``, ``ack_and_claim``, ``extend``, ``stats``, ``group``,
-    ``groups``, ``skip`` and ``nack(delay > 0)`` (and by ``publish``,
-    ``ack``, ``nack(0)``, ``resume``, ``set_priority``, ``publish_many`` and
+    ``groups``, ``skip``, ``retry``, ``nack(delay > 0)``, ``release(delay >
+    0)``, and ``publish`` / ``publish_many`` with ``delay > 0`` or with a key
+    and ``dedup_window > 0`` (and by ``publish``, ``ack``, ``nack(0)``,
+    ``release(0)``, ``resume``, ``set_priority``, ``publish_many`` and
     ``ack_many`` while a claim waits for work), never while the transport's lock is held.  The
     transport's time never runs backwards: an operation whose clock reading
     is older than a time an earlier operation used (a racing thread, or a
@@ -713,6 +761,10 @@ class InMemoryTransport:
 
     ``claim(..., timeout=)`` and ``aclaim`` wait for work, in a thread or an
     asyncio event loop; ``close()`` ends every wait.
+
+    ``dedup_window`` (seconds, default ``0.0``; ``+inf`` accepted) is how
+    long an idempotency key stays held after the publish that stored it,
+    once its message has left (see ``publish``).
     """
 
     def __init__(self, clock: Callable[[], float] = time.time, *, dedup_window: float = 0.0) -> None:
@@ -1148,7 +1200,9 @@ class InMemoryTransport:
         """Lift a pause and a bury, and end a park; ``True`` if any was there.
 
         A parked or buried message is claimable at once, its attempt count
-        unchanged (its next delivery is ``attempt + 1``).
+        unchanged (its next delivery is ``attempt + 1``).  A schedule stays:
+        a group whose head is only scheduled returns ``False``.
+
         ``resume`` reads no clock: a park whose time ran out is still a park
         until an operation that reads the clock has seen it expire.  The
         group keeps its round-robin position; a group left without messages
@@ -1771,16 +1825,17 @@ class InMemoryTransport:
         if delay > 0.0 or (key is not None and window > 0.0):
             now = _check_time(self._clock())
         with self._lock:
-            if now is not None:
-                if now < self._time:  # another thread already used a later time
-                    now = self._time
-                else:
-                    self._time = now
+            # The transport's time moves to ``now`` when the publish is done
+            # (a held key included), not when it raises.
+            if now is not None and now < self._time:  # another thread already used a later time
+                now = self._time
             at = 0.0 if now is None else now  # (a key's time matters only with a window, which read the clock)
             due = at + delay if delay > 0.0 else None
             if key is not None:
                 holder = self._held(group_id, key, at)
                 if holder is not None:
+                    if now is not None:
+                        self._time = now
                     return holder  # nothing published, nobody woken
             if self._busy:
                 # Re-entered from user code in the middle of another operation
@@ -1790,25 +1845,28 @@ class InMemoryTransport:
                 if key is not None:
                     self._hold(group_id, key, seq, at)
                 self._pending.append((seq, group_id, event, priority, due, key))
+                if now is not None:
+                    self._time = now
                 return seq
             self._busy = True
             try:
-                if key is not None and self._key_order:
-                    self._drop_keys(at)
                 self._seq = seq = self._seq + 1
                 try:
-                    if key is not None:
-                        self._hold(group_id, key, seq, at)
+                    hold = None if key is None else self._hold(group_id, key, seq, at)
                     try:
                         self._add_x(seq, group_id, event, priority, due, key)
                     except BaseException:
-                        if key is not None:
-                            self._unhold(group_id, key, seq, True)
+                        if hold is not None:
+                            self._unhold(hold.name, seq, True)
                         raise
                 except BaseException:
                     if self._seq == seq:  # nothing published since: the number is free again
                         self._seq = seq - 1
                     raise
+                if now is not None:
+                    self._time = now
+                    if key is not None and self._key_order:
+                        self._drop_keys(now)  # (allocates nothing)
             finally:
                 self._settle()
         if self._nwaiting:  # a message claimable now; or the timer armed for the due
@@ -1833,15 +1891,10 @@ class InMemoryTransport:
                 raise _reentered("publish_many")
             self._busy = True
             try:
-                if now is not None:
-                    if now < self._time:
-                        now = self._time
-                    else:
-                        self._time = now
+                if now is not None and now < self._time:  # (the time moves when the batch is done)
+                    now = self._time
                 at = 0.0 if now is None else now
                 due = at + delay if delay > 0.0 else None
-                if keyed and self._key_order:
-                    self._drop_keys(at)
                 firsts: Dict[Tuple[str, str], int] = {}  # (group_id, key) -> index in fresh
                 for i, item in enumerate(batch):
                     key = item[3]
@@ -1867,6 +1920,10 @@ class InMemoryTransport:
                     if self._seq == first + count - 1:  # nothing published since: free again
                         self._seq = first - 1
                     raise
+                if now is not None:
+                    self._time = now
+                    if keyed and self._key_order:
+                        self._drop_keys(now)  # (allocates nothing)
             finally:
                 self._settle()
         for i, seq in enumerate(result):
@@ -1926,18 +1983,19 @@ class InMemoryTransport:
         self._messages += 1
         self._extras += 1
 
-    def _left(self, group_id: str, entry: Tuple[Any, ...], undo: bool) -> None:
-        """A message with a due or a key (FIFO entry ``entry``) left the
-        transport (``undo``: its publish is being taken back)."""
+    def _left(self, entry: Tuple[Any, ...], name: Optional[Tuple[str, str]], undo: bool) -> None:
+        """A message with a due or a key (FIFO entry ``entry``; ``name``: its
+        ``(group_id, key)``, made by the caller before it changed anything)
+        left the transport (``undo``: its publish is being taken back).
+        Allocates nothing."""
         self._extras -= 1
         seq = entry[0]
         if entry[2] is not None:
             sched = self._sched
             if sched.pop(seq, None) is not None and len(self._sched_heap) > 2 * len(sched) + 64:
                 self._compact_sched()
-        key = entry[3]
-        if key is not None:
-            self._unhold(group_id, key, seq, undo)
+        if name is not None:
+            self._unhold(name, seq, undo)
 
     def _count_scheduled(self, now: float) -> int:
         """``stats().scheduled`` at ``now``: drop from ``_sched`` the messages
@@ -1996,7 +2054,7 @@ class InMemoryTransport:
             return hold.seq
         return None  # (its message left and the window is over: a new publish replaces it)
 
-    def _hold(self, group_id: str, key: str, seq: int, at: float) -> None:
+    def _hold(self, group_id: str, key: str, seq: int, at: float) -> _KeyHold:
         """Message ``seq``, published at ``at``, holds ``key`` in ``group_id``."""
         name = (group_id, key)
         hold = _KeyHold(seq, at, name)
@@ -2009,12 +2067,13 @@ class InMemoryTransport:
             except BaseException:
                 del keys[name]
                 raise
+        return hold
 
-    def _unhold(self, group_id: str, key: str, seq: int, undo: bool) -> None:
-        """Message ``seq`` holding ``key`` left (``undo``: was never published):
-        its hold goes now, or, while the window since its publish lasts, is
-        kept as not held (``_drop_keys`` drops it later)."""
-        name = (group_id, key)
+    def _unhold(self, name: Tuple[str, str], seq: int, undo: bool) -> None:
+        """Message ``seq`` holding the key ``name`` (``(group_id, key)``) left
+        (``undo``: was never published): its hold goes now, or, while the
+        window since its publish lasts, is kept as not held (``_drop_keys``
+        drops it later).  Allocates nothing."""
         keys = self._keys
         hold = keys.get(name)
         if hold is None or hold.seq != seq:
@@ -2087,13 +2146,12 @@ class InMemoryTransport:
                 if due is None and key is None:
                     self._add(seq, group_id, event, priority)
                 else:
-                    if key is not None:
-                        self._hold(group_id, key, seq, now)
+                    hold = None if key is None else self._hold(group_id, key, seq, now)
                     try:
                         self._add_x(seq, group_id, event, priority, due, key)
                     except BaseException:
-                        if key is not None:
-                            self._unhold(group_id, key, seq, True)
+                        if hold is not None:
+                            self._unhold(hold.name, seq, True)
                         raise
                 added[done] = groups[group_id]
                 done += 1
@@ -2102,9 +2160,10 @@ class InMemoryTransport:
                 group = added[i]
                 assert group is not None
                 entry = group.messages.pop()
+                assert entry is not None
                 self._messages -= 1
                 if len(entry) > 2:
-                    self._left(batch[i][0], entry, True)
+                    self._left(entry, None if entry[3] is None else (batch[i][0], entry[3]), True)
                 if how[i] and group.lock == _SCHEDULED:  # its head, scheduled: no longer
                     self._unlock(group)
                 if how[i] == 2:
@@ -2198,25 +2257,27 @@ class InMemoryTransport:
         clock frees it, as an expired park)."""
         messages = group.messages
         head = group.head + 1
-        due = None
-        if head < len(messages):
-            if self._extras:
+        spent = messages[head - 1]
+        due = name = None
+        if self._extras:
+            if len(spent) > 2 and spent[3] is not None:  # type: ignore[arg-type, index]
+                name = (group.group_id, spent[3])  # type: ignore[index]  # allocates: first
+            if head < len(messages):
                 nxt = messages[head]
                 if len(nxt) > 2:  # type: ignore[arg-type]
                     due = nxt[2]  # type: ignore[index]
-            if due is None and group.ready_key is None and not group.paused:
-                self._make_ready(group)  # allocates: first, while nothing changed
+        if head < len(messages) and due is None and group.ready_key is None and not group.paused:
+            self._make_ready(group)  # allocates: first, while nothing changed
         if due is not None:
-            self._schedule(group, due)  # replaces any lock
+            self._schedule(group, due)  # replaces any lock; all or nothing
         elif group.lock != _FREE or group.tick:
             self._unlock(group)
         group.open = False
         group.attempt = 0
-        spent = messages[head - 1]
         messages[head - 1] = None
         self._messages -= 1
         if self._extras and len(spent) > 2:  # type: ignore[arg-type]
-            self._left(group.group_id, spent, False)  # type: ignore[arg-type]
+            self._left(spent, name, False)  # type: ignore[arg-type]
         if head == len(messages):
             if group.paused:
                 self._keep_idle(group)
@@ -2572,13 +2633,16 @@ class InMemoryTransport:
     def _purge(self, group: _Group) -> None:
         """Drop ``group`` and its messages (the caller holds the message list,
         to release the events after the lock)."""
-        if self._extras:
+        left = None
+        if self._extras:  # the keys' names first: they allocate
             group_id = group.group_id
-            messages = group.messages
-            for i in range(group.head, len(messages)):
-                entry = messages[i]
-                if len(entry) > 2:  # type: ignore[arg-type]
-                    self._left(group_id, entry, False)  # type: ignore[arg-type]
+            left = [(entry, None if entry[3] is None else (group_id, entry[3]))  # type: ignore[index]
+                    for entry in group.messages[group.head:] if len(entry) > 2]  # type: ignore[arg-type]
+        if group.ready_key is not None:
+            self._unready(group)  # all or nothing, while nothing changed
+        if left:
+            for entry, name in left:
+                self._left(entry, name, False)  # type: ignore[arg-type]
         if group.lock != _FREE or group.tick:
             self._unlock(group)
         group.open = False
