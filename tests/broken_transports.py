@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from leasequeue import LeaseLost
+from leasequeue._backends.inmemory.transport_py import _FREE, _SCHEDULED
 from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
 from leasequeue._validation import INT64_MAX, INT64_MIN, check_priority, check_time
 
@@ -26,8 +27,8 @@ class AckWithoutFencing(Pure):
     since.  A worker whose lease expired, and whose message went to another
     worker, deletes that worker's message; a stale ack never raises."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._latest: Dict[int, Any] = {}  # seq -> the latest lease issued for it
 
     def claim(self, *args: Any, **kwargs: Any) -> Any:
@@ -92,8 +93,8 @@ class RecreatedGroupKeepsItsPlace(Pure):
     gives it back its old round-robin place (issue 14: the test of this rule
     could not tell the two apart)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._old_keys: Dict[str, int] = {}
 
     def ack(self, lease: Any) -> None:
@@ -130,8 +131,8 @@ class ExpiryAtOrBefore(Pure):
     """A lease or park expires when ``expires_at <= now`` instead of ``<``:
     whenever an operation reads the clock, locks due exactly now are freed."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         read = self._clock
 
         def clock_then_expire() -> Any:
@@ -165,8 +166,8 @@ class LostWakeUp(Pure):
     Only ``close()`` ends the sleep.  Needs the pure twin's waiting (Part 2)
     underneath, for everything but the wake-up."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._closing = threading.Event()
 
     def claim(
@@ -215,8 +216,8 @@ class BuryLetsTheNextMessageThrough(Pure):
     (acked, kept on a list) and its group goes on with its next message,
     which breaks the group's order.  The contract says the group waits."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self.dead_letters: list = []
 
     def bury(self, lease: Any, reason: str = "") -> None:
@@ -231,8 +232,8 @@ class SkipRemovesALeasedHead(Pure):
     acking the latest lease it issued for that group): the worker still
     running it has lost its message.  The contract says ``False``."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self._latest: Dict[str, Any] = {}  # group -> the latest lease issued in it
 
     def _note(self, lease: Any) -> Any:
@@ -367,8 +368,8 @@ class AckAndClaimKeepsTheAckedEvent(Pure):
     """Keeps every acked event in a debugging log: the transport holds the
     last reference, so an event's finaliser never runs."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
         self.acked_events: list = []
 
     def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
@@ -403,5 +404,204 @@ ACK_AND_CLAIM_BUGS = {
     "AckAndClaimKeepsTheAckedEvent": [
         "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[False]",
         "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[True]",
+    ],
+}
+
+
+# -- Part 5: later, once, honest attempts ----------------------------------------------------
+# Each breaks one rule of SPEC Part 5 the way a plausible implementation would.
+
+
+class DuplicateKeyUsesUpASeq(Pure):
+    """A publish whose key is held returns the holder's seq, but takes the
+    next seq from the counter first (as an ``INSERT ... ON CONFLICT DO
+    NOTHING`` burns a sequence value): the next message's seq skips one."""
+
+    def publish(self, group_id: str, event: Any, priority: int = 0, **kwargs: Any) -> Any:
+        held = len(self)
+        seq = super().publish(group_id, event, priority, **kwargs)
+        if kwargs.get("key") is not None and len(self) == held:  # the key was held: nothing published
+            super().publish("__burnt__", None)  # the seq taken anyway ...
+            self.purge("__burnt__")  # ... and nothing else left of it
+        return seq
+
+
+class ReleaseFencesByAttemptOnly(Pure):
+    """Fencing by ``(seq, attempt)`` instead of by delivery: after a
+    ``release`` the next delivery carries the same attempt, so the released
+    lease names it again (ABA) and may ack, nack or extend another
+    worker's delivery."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
+        self._latest: Dict[int, Any] = {}  # seq -> the latest lease issued for it
+
+    def _note(self, lease: Any) -> Any:
+        if lease is not None:
+            self._latest[lease.seq] = lease
+        return lease
+
+    def _same_attempt(self, lease: Any) -> Any:
+        latest = self._latest.get(getattr(lease, "seq", None))
+        if latest is not None and latest is not lease and latest.attempt == getattr(lease, "attempt", None):
+            return latest
+        return None
+
+    def _fenced(self, call: Callable[[Any], Any], lease: Any) -> Any:
+        try:
+            return call(lease)
+        except LeaseLost:
+            latest = self._same_attempt(lease)
+            if latest is None:
+                raise
+            return call(latest)  # the same (seq, attempt): taken for the same delivery
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note(super().claim(*args, **kwargs))
+
+    async def aclaim(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note(await super().aclaim(*args, **kwargs))
+
+    def claim_many(self, *args: Any, **kwargs: Any) -> Any:
+        leases = super().claim_many(*args, **kwargs)
+        for lease in leases:
+            self._note(lease)
+        return leases
+
+    def ack(self, lease: Any) -> None:
+        self._fenced(super().ack, lease)
+
+    def nack(self, lease: Any, delay: float = 0.0) -> None:
+        self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).nack(x, delay), lease)
+
+    def release(self, lease: Any, delay: float = 0.0) -> None:
+        self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).release(x, delay), lease)
+
+    def extend(self, lease: Any, visibility: float) -> Any:
+        return self._note(self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).extend(x, visibility), lease))
+
+    def bury(self, lease: Any, reason: str = "") -> None:
+        self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).bury(x, reason), lease)
+
+    def ack_and_claim(self, lease: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._note(
+            self._fenced(lambda x: super(ReleaseFencesByAttemptOnly, self).ack_and_claim(x, *args, **kwargs), lease)
+        )
+
+    def ack_many(self, leases: Any) -> Any:
+        rest = []
+        for lease in super().ack_many(leases):
+            latest = self._same_attempt(lease)
+            if latest is None or super().ack_many([latest]):
+                rest.append(lease)
+        return rest
+
+
+class RetryForgetsThePause(Pure):
+    """``retry`` as "make it claimable now": it lifts a pause as well (by
+    resuming the group), so an operator's pause is lost."""
+
+    def retry(self, group_id: str) -> bool:
+        retried = super().retry(group_id)
+        if retried:
+            self.resume(group_id)
+        return retried
+
+
+
+class DelayBlocksTheEarlierMessages(Pure):
+    """A delay that holds the whole group, not just the delayed message: a
+    publish with ``delay`` into a group whose head is ready schedules the
+    group until the new message's due, so messages published before it
+    wait too (a "group not before" column instead of a per-message due)."""
+
+    def publish(self, group_id: str, event: Any, priority: int = 0, **kwargs: Any) -> Any:
+        seq = super().publish(group_id, event, priority, **kwargs)
+        delay = kwargs.get("delay", 0.0)
+        if type(delay) in (int, float) and delay > 0:
+            with self._lock:
+                group = self._groups.get(str(group_id))
+                if group is not None and group.lock == _FREE and group.reason is None:
+                    last = group.messages[-1]
+                    if len(group.messages) - group.head > 1 and last[0] == seq:
+                        self._schedule(group, last[2])  # the head waits for the newest message's due
+        return seq
+
+
+class ScheduledHeadDueAtItsDueTime(Pure):
+    """A scheduled head becomes claimable at ``now == due`` (``due <= now``)
+    instead of from the first ``now > due``: whenever an operation reads
+    the clock, a scheduled head due exactly then is freed."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, **options: Any) -> None:
+        super().__init__(clock, **options)
+        read = self._clock
+
+        def clock_then_free() -> Any:
+            reading = read()
+            try:
+                now = check_time(reading)
+            except (TypeError, ValueError):
+                return reading  # the transport reports it
+            with self._lock:
+                if not self._busy:
+                    now = max(now, self._time)
+                    for due, tick, group in list(self._expiry):
+                        if due == now and group.tick == tick and group.lock == _SCHEDULED:
+                            if not group.paused:
+                                self._make_ready(group)
+                            self._unlock(group)
+            return reading
+
+        self._clock = clock_then_free
+
+
+
+class ReleaseCountsTheDelivery(Pure):
+    """``release`` as a plain ``nack``: the handed-back delivery counts, so
+    a rolling restart spends the message's retry budget."""
+
+    def release(self, lease: Any, delay: float = 0.0) -> None:
+        self.nack(lease, delay)
+
+
+
+class RetryGoesToTheBack(Pure):
+    """``retry`` as a fresh claim of the group's place: the retried group
+    goes to the back of the round-robin (as if just served), instead of
+    keeping its key and ``last_claimed_at``."""
+
+    def retry(self, group_id: str) -> bool:
+        retried = super().retry(group_id)
+        if retried:
+            with self._lock:
+                group = self._groups.get(str(group_id))
+                if group is not None and group.ready_key is not None:
+                    self._claims += 1  # a claim number, as if it had just been served
+                    self._rekey_ready(group, self._claims)
+        return retried
+
+
+#: The broken transports whose bug is in SPEC Part 5, and the contract tests
+#: that must fail on each.
+PART5_BUGS = {
+    "DuplicateKeyUsesUpASeq": [
+        "test_once_a_held_key_returns_the_holders_seq_and_changes_nothing",
+        "test_once_a_key_belongs_to_its_group",
+    ],
+    "ReleaseFencesByAttemptOnly": [
+        "test_release_no_aba_a_released_delivery_is_never_current_again[ack-same-worker]",
+        "test_release_no_aba_a_released_delivery_is_never_current_again[nack-other-worker]",
+        "test_release_no_aba_a_released_delivery_is_never_current_again[extend-same-worker]",
+        "test_release_no_aba_whoever_redelivers[claim]",
+    ],
+    "RetryForgetsThePause": ["test_retry_keeps_a_pause"],
+    "DelayBlocksTheEarlierMessages": ["test_later_earlier_messages_of_the_group_are_not_delayed"],
+    "ScheduledHeadDueAtItsDueTime": ["test_later_scheduled_until_strictly_past_due"],
+    "RetryGoesToTheBack": ["test_retry_keeps_the_round_robin_place"],
+    "ReleaseCountsTheDelivery": [
+        "test_release_is_nack_whose_delivery_does_not_count[0]",
+        "test_release_is_nack_whose_delivery_does_not_count[5]",
+        "test_release_hands_the_same_attempt_again_each_time",
     ],
 }

@@ -22,12 +22,27 @@ from typing import Dict, List, Tuple
 import pytest
 
 import broken_transports
-from broken_transports import ACK_AND_CLAIM_BUGS, PART1_BUGS, QUARANTINE_BUGS
+from broken_transports import ACK_AND_CLAIM_BUGS, PART1_BUGS, PART5_BUGS, QUARANTINE_BUGS
 
 import leasequeue.testing
 from leasequeue._backends.inmemory.transport_py import InMemoryTransport as Pure
 
 HERE = Path(__file__).resolve().parents[1]  # tests/, where broken_transports.py is
+
+
+def _has_part5() -> bool:
+    """Whether the pure twin has SPEC Part 5 (delay, key, dedup_window, release, retry)."""
+    if not (hasattr(Pure, "release") and hasattr(Pure, "retry")):
+        return False
+    try:
+        Pure(dedup_window=0.0).publish("probe", None, delay=0.0, key=None)
+    except TypeError:
+        return False
+    return True
+
+
+#: The pure twin has Part 5: its rules run on it and on the broken transports.
+PART5 = _has_part5()
 
 #: (class, test) -> (outcome, the failure's message and text)
 Outcomes = Dict[Tuple[str, str], Tuple[str, str]]
@@ -54,7 +69,7 @@ REASONS = {
     "test_ack_and_claim_of_a_stale_lease_changes_nothing[expired-and-reclaimed]":
         "('h', 0, 1, 'leased', False, 3, 'w9'",
     "test_ack_and_claim_of_a_forged_or_foreign_lease_changes_nothing[forged]":
-        "(3, 2, 2, 0, 0, 0) != (3, 2, 1, 0, 0, 0)",
+        "(3, 2, 2, 0, 0, 0, 0) != (3, 2, 1, 0, 0, 0, 0)",
     # acked before the bad argument (or the failing clock) was seen: 4 messages held, not 5
     "test_ack_and_claim_bad_input_changes_nothing[worker_id-int]": "At index 0 diff: 4 != 5",
     "test_ack_and_claim_bad_input_changes_nothing[visibility-nan]": "At index 0 diff: 4 != 5",
@@ -66,6 +81,25 @@ REASONS = {
     "test_ack_and_claim_applies_expiry_at_its_now": "('g', 4, 1) == ('x', 1, 2)",
     "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[False]": "assert [] == [3]",
     "test_event_finaliser_publishing_to_the_same_transport_on_ack_and_claim[True]": "assert [] == [3]",
+    # Part 5: a held key burnt a seq (two held publishes: 5, not 3; one: 5, not 4)
+    "test_once_a_held_key_returns_the_holders_seq_and_changes_nothing": "assert 5 == 3",
+    "test_once_a_key_belongs_to_its_group": "assert 5 == 4",
+    # the released lease named the next delivery (same seq and attempt)
+    "test_release_no_aba_a_released_delivery_is_never_current_again[ack-same-worker]": "DID NOT RAISE",
+    "test_release_no_aba_a_released_delivery_is_never_current_again[nack-other-worker]": "DID NOT RAISE",
+    "test_release_no_aba_a_released_delivery_is_never_current_again[extend-same-worker]": "DID NOT RAISE",
+    "test_release_no_aba_whoever_redelivers[claim]": "DID NOT RAISE",
+    "test_retry_keeps_a_pause": "('ready', False, None, None) == ('paused', True, None, None)",
+    "test_later_earlier_messages_of_the_group_are_not_delayed":
+        "a message published before a scheduled one was held back by it",
+    # the head due at 1010 was leased at 1010
+    "test_later_scheduled_until_strictly_past_due": "expires_at=1040.0, attempt=1) is None",
+    # the retried groups (b, then a) went behind c
+    "test_retry_keeps_the_round_robin_place": "assert ['d', 'c', 'b', 'a'] == ['d', 'a', 'b', 'c']",
+    # the released delivery counted: the next one is attempt 2, not 1
+    "test_release_is_nack_whose_delivery_does_not_count[0]": "the released delivery was counted",
+    "test_release_is_nack_whose_delivery_does_not_count[5]": "the released delivery was counted",
+    "test_release_hands_the_same_attempt_again_each_time": "assert 2 == 1",
 }
 
 CLASS_TEMPLATE = '''
@@ -75,10 +109,13 @@ class Test{name}(TransportContract):
     supports_batches = {batches}
     supports_quarantine = {quarantine}
     supports_ack_and_claim = {ack_and_claim}
+    supports_later = {later}
+    supports_once = {once}
+    supports_release = {release}
     liveness_timeout = {liveness}
 
-    def make_transport(self, clock):
-        return {factory}(clock=clock)
+    def make_transport(self, clock, **options):
+        return {factory}(clock=clock, **options)
 '''
 
 
@@ -100,6 +137,9 @@ def run_contract(tmp_path: Path, classes: Dict[str, str], *, waiting: bool, sele
                 batches=hasattr(Pure, "publish_many"),
                 quarantine=hasattr(Pure, "bury"),
                 ack_and_claim=hasattr(Pure, "ack_and_claim"),
+                later=PART5,
+                once=PART5,
+                release=PART5,
                 liveness=3.0 if waiting else 20.0,
             )
         )
@@ -245,3 +285,39 @@ def test_the_differential_catches_a_broken_ack_and_claim(name: str) -> None:
     with pytest.raises(AssertionError, match="ack_and_claim"):
         for seed in range(20):
             check_differential(lambda clock: broken(clock=clock), ops=3000, seed=seed, ack_and_claim=True)
+
+
+# -- SPEC Part 5: later, once, honest attempts -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def part5_outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+    if not PART5:
+        pytest.skip("the pure twin has no SPEC Part 5 yet (delay, key, dedup_window, release, retry)")
+    classes = {name: f"broken_transports.{name}" for name in PART5_BUGS}
+    classes["UnbrokenPureTwin"] = "InMemoryTransport"
+    return run_contract(tmp_path_factory.mktemp("part5"), classes, waiting=True,
+                        select="later or once or release or retry")
+
+
+def test_the_unbroken_twin_passes_the_part5_rules(part5_outcomes: Outcomes) -> None:
+    ran = [test for (cls, test) in part5_outcomes if cls == "TestUnbrokenPureTwin"]
+    assert len(ran) > 90
+    assert failures(part5_outcomes, "TestUnbrokenPureTwin") == []
+
+
+@pytest.mark.parametrize("name", sorted(PART5_BUGS))
+def test_the_contract_catches_a_broken_part5(part5_outcomes: Outcomes, name: str) -> None:
+    assert_caught_for_the_right_reason(part5_outcomes, f"Test{name}", PART5_BUGS[name])
+
+
+@pytest.mark.parametrize("name", sorted(PART5_BUGS))
+def test_the_differential_catches_a_broken_part5(name: str) -> None:
+    if not PART5:
+        pytest.skip("the pure twin has no SPEC Part 5 yet (delay, key, dedup_window, release, retry)")
+    check_differential = leasequeue.testing.check_differential
+    broken = getattr(broken_transports, name)
+    with pytest.raises(AssertionError, match="disagrees with reference"):
+        for seed in range(20):
+            check_differential(lambda clock, dedup_window=0.0: broken(clock=clock, dedup_window=dedup_window),
+                               ops=3000, seed=seed, later=True, once=True, release=True)

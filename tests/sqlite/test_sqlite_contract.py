@@ -33,32 +33,36 @@ class TestSQLiteTransport(TransportContract):
     usable_after_close = False
     accepts_rebuilt_leases = True
     supports_quarantine = True  # Part 4: bury, skip, peek
+    supports_later = True  # Part 5: publish(delay=), scheduled heads
+    supports_once = True  # Part 5: publish(key=), dedup_window
+    supports_release = True  # Part 5: release, retry, fencing by delivery
 
     @pytest.fixture(autouse=True)
     def _directory(self, tmp_path: Any) -> None:
         self.directory = tmp_path
         self.made = 0
 
-    def make_transport(self, clock: Callable[[], float]) -> SQLiteTransport:
+    def make_transport(self, clock: Callable[[], float], *, dedup_window: float = 0.0) -> SQLiteTransport:
         self.made += 1
-        return SQLiteTransport(self.directory / f"contract-{self.made}.db", clock=clock)
+        return SQLiteTransport(self.directory / f"contract-{self.made}.db", clock=clock, dedup_window=dedup_window)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_differential_against_the_reference(tmp_path: Any, seed: int) -> None:
     """The same random operations (bad input, stale leases, clock jumps,
-    control plane, batches) on a SQLite file and on the reference give the
+    control plane, batches, Part 5's delays, keys, release and retry) on a SQLite file and on the reference give the
     same answers and the same errors."""
     made = []
 
-    def make(clock: ManualClock) -> SQLiteTransport:
-        transport = SQLiteTransport(tmp_path / f"diff-{len(made)}.db", clock=clock)
+    def make(clock: ManualClock, dedup_window: float = 0.0) -> SQLiteTransport:
+        transport = SQLiteTransport(tmp_path / f"diff-{len(made)}.db", clock=clock, dedup_window=dedup_window)
         made.append(transport)
         return transport
 
     try:
         check_differential(make, ops=OPS, seed=seed, preserves_identity=False,
-                           accepts_rebuilt_leases=True, usable_after_close=False)
+                           accepts_rebuilt_leases=True, usable_after_close=False,
+                           later=True, once=True, release=True)
     finally:
         for transport in made:
             transport.close()
@@ -71,15 +75,17 @@ def test_instances_on_one_file_are_one_transport(tmp_path: Any, seed: int) -> No
     whole state is in the file."""
     made = []
 
-    def make(clock: ManualClock) -> ManyInstances:
+    def make(clock: ManualClock, dedup_window: float = 0.0) -> ManyInstances:
         path = tmp_path / f"shared-{len(made)}.db"
-        transport = ManyInstances(lambda: SQLiteTransport(path, clock=clock), seed=len(made))
+        transport = ManyInstances(lambda: SQLiteTransport(path, clock=clock, dedup_window=dedup_window),
+                                  seed=len(made))
         made.append(transport)
         return transport
 
     try:
         check_differential(make, ops=OPS, seed=1000 + seed, preserves_identity=False,
-                           accepts_rebuilt_leases=True, usable_after_close=False)
+                           accepts_rebuilt_leases=True, usable_after_close=False,
+                           later=True, once=True, release=True)
     finally:
         for transport in made:
             transport.close()

@@ -47,13 +47,15 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
     path = tmp_path / "q.db"
     leases: list[Any] = []
     done: list[str] = []
+    dues: dict[int, float] = {}  # seq -> due time, of the messages published with a delay
     with SQLiteTransport(path, clock=clock) as t:
         db = sqlite3.connect(path)
         try:
             for step in range(400):
                 op = rng.choice(
                     ["publish", "publish", "publish_many", "claim", "claim", "claim_many", "ack", "ack_many",
-                     "nack", "park", "extend", "pause", "resume", "purge", "tick", "stats", "bury", "skip"]
+                     "nack", "park", "extend", "pause", "resume", "purge", "tick", "stats", "bury", "skip",
+                     "later", "later_many", "release", "retry"]
                 )
                 group = rng.choice(GROUPS)
                 try:
@@ -61,6 +63,20 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
                         t.publish(group, step, rng.randrange(3))
                     elif op == "publish_many":
                         t.publish_many([(rng.choice(GROUPS), step) for _ in range(rng.randrange(4))])
+                    elif op == "later":
+                        delay = rng.choice([0.5, 3.0, 8.0])
+                        seq = t.publish(group, step, key=rng.choice([None, "k1", "k2"]), delay=delay)
+                        if seq not in dues:
+                            dues[seq] = db.execute("SELECT due_at FROM lq_messages WHERE seq = ?", (seq,)).fetchone()[0]
+                    elif op == "later_many":
+                        seqs = t.publish_many([(rng.choice(GROUPS), step, 0, rng.choice([None, "k1"]))
+                                               for _ in range(rng.randrange(4))], delay=rng.choice([1.0, 4.0]))
+                        for seq in seqs:
+                            if seq not in dues:
+                                dues[seq] = db.execute("SELECT due_at FROM lq_messages WHERE seq = ?",
+                                                       (seq,)).fetchone()[0]
+                    elif op == "retry":
+                        t.retry(group)
                     elif op == "claim":
                         lease = t.claim("w", rng.choice([1.0, 5.0]), rng.randrange(3))
                         if lease is not None:
@@ -81,7 +97,11 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
                     elif op == "tick":
                         clock.advance(rng.choice([0.5, 2.0, 6.0]))
                     elif op == "stats":
-                        assert tuple(t.stats()) == state_says(db)  # expiry applied by stats() itself
+                        stats = t.stats()
+                        assert tuple(stats[:6]) == state_says(db)  # expiry applied by stats() itself
+                        now = db.execute("SELECT now FROM lq_state").fetchone()[0]
+                        held = [seq for (seq,) in db.execute("SELECT seq FROM lq_messages")]
+                        assert stats.scheduled == sum(1 for seq in held if dues.get(seq, -1e300) >= now)
                     elif leases:  # ack, nack, park, extend: an old lease now and then (LeaseLost)
                         lease = rng.choice(leases)
                         if op == "ack":
@@ -92,15 +112,23 @@ def test_counters_follow_every_lock_change(tmp_path: Any, seed: int) -> None:
                             t.nack(lease, rng.choice([1.0, 4.0]))
                         elif op == "bury":
                             t.bury(lease, f"step {step}")
+                        elif op == "release":
+                            t.release(lease, rng.choice([0.0, 0.0, 2.0]))
                         else:
                             leases.append(t.extend(lease, rng.choice([1.0, 5.0])))
                 except LeaseLost:
                     pass
                 done.append(op)
                 assert state_says(db) == rows_say(db), done[-20:]
+                # A scheduled head (lock 4) waits for its own due time, which is its lock's end.
+                assert db.execute(
+                    "SELECT count(*) FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = g.head_seq"
+                    " WHERE g.lock = 4 AND (m.due_at IS NULL OR m.due_at != g.expires_at)").fetchone()[0] == 0
         finally:
             db.close()
-    assert {"claim", "ack", "nack", "park", "extend", "resume", "purge", "tick", "bury", "skip"} <= set(done)
+    assert {"claim", "ack", "nack", "park", "extend", "resume", "purge", "tick", "bury", "skip", "later",
+            "later_many", "release", "retry"} <= set(done)
+    assert any(due is not None for due in dues.values())
 
 
 def test_expiry_counts_out_leases_and_parks(tmp_path: Any) -> None:

@@ -3,8 +3,9 @@ mid-transaction included, lose nothing and break nothing.
 
 Four worker processes claim -> ack messages of 1,000 groups on one file; a
 fifth process runs long transactions on other groups of the same file
-(``publish_many`` of hundreds of messages, ``purge``), so that many kills land
-inside a transaction.  A killer sends SIGKILL to a random process every
+(``publish_many`` of hundreds of messages, ``purge``, and SPEC Part 5's
+delayed and keyed publishes and ``retry``), so that many kills land inside a
+transaction.  A killer sends SIGKILL to a random process every
 50-400 ms and starts a new incarnation in its place.  Each worker logs every
 claim and every ack (intent before the call, outcome after) with the time,
 each line fsync'd.  Afterwards:
@@ -76,7 +77,7 @@ write("done")
 CHURNER = r"""
 import random, sys
 from leasequeue import SQLiteTransport
-t = SQLiteTransport(sys.argv[1], busy_timeout=30)
+t = SQLiteTransport(sys.argv[1], busy_timeout=30, dedup_window=1.0)
 rng = random.Random()
 while True:
     t.publish_many([(f"churn{rng.randrange(20)}", "x" * rng.randrange(10, 400)) for _ in range(rng.randrange(50, 600))])
@@ -86,6 +87,12 @@ while True:
         g = f"churn{rng.randrange(20)}"
         t.pause(g)
         t.resume(g)
+    # Part 5's write paths, killed mid-transaction too: delayed and keyed batches and publishes.
+    t.publish_many([(f"churn{rng.randrange(20)}", "later", 0, rng.choice([None, f"k{rng.randrange(50)}"]))
+                    for _ in range(rng.randrange(1, 100))], delay=rng.choice([0.0, 0.05, 5.0]))
+    t.publish(f"churn{rng.randrange(20)}", "once", delay=rng.choice([0.0, 0.5]), key=f"k{rng.randrange(50)}")
+    if rng.random() < 0.3:
+        t.retry(f"churn{rng.randrange(20)}")
 """
 
 
@@ -217,7 +224,7 @@ QUERIES = load_queries("sqlite")
 
 def check_counters(db: sqlite3.Connection) -> None:
     """What the statements and triggers keep equals what the rows say."""
-    state = db.execute(QUERIES["counts"]).fetchone()  # what stats() reports, expiry aside
+    state = db.execute(QUERIES["counts"]).fetchone()[:6]  # what stats() reports, expiry aside (and scheduled)
     actual = (
         db.execute("SELECT count(*) FROM lq_messages").fetchone()[0],
         db.execute("SELECT count(*) FROM lq_groups WHERE messages > 0").fetchone()[0],
@@ -227,10 +234,10 @@ def check_counters(db: sqlite3.Connection) -> None:
         db.execute("SELECT count(*) FROM lq_groups WHERE lock = 3").fetchone()[0],
     )
     assert state == actual
-    # the expiry index holds exactly the leased and parked groups: a lease or park has
-    # an end, a free or buried group none
+    # the expiry index holds exactly the leased, parked and scheduled groups: a lease,
+    # park or schedule has an end, a free or buried group none
     assert db.execute(
-        "SELECT count(*) FROM lq_groups WHERE (lock IN (1, 2)) != (expires_at IS NOT NULL)").fetchone() == (0,)
+        "SELECT count(*) FROM lq_groups WHERE (lock IN (1, 2, 4)) != (expires_at IS NOT NULL)").fetchone() == (0,)
     bad = db.execute(
         "SELECT g.group_id FROM lq_groups g LEFT JOIN "
         "(SELECT gid, count(*) AS n, min(seq) AS head FROM lq_messages GROUP BY gid) m USING (gid) "
@@ -239,5 +246,13 @@ def check_counters(db: sqlite3.Connection) -> None:
     assert not bad
     orphans = db.execute("SELECT count(*) FROM lq_messages WHERE gid NOT IN (SELECT gid FROM lq_groups)").fetchone()
     assert orphans == (0,)
+    # stats().scheduled counts lq_due's rows not due yet: each of them is a message still held, with that due time
+    assert db.execute(
+        "SELECT count(*) FROM lq_due AS d WHERE d.due_at >= (SELECT now FROM lq_state) AND NOT EXISTS "
+        "(SELECT 1 FROM lq_messages AS m WHERE m.seq = d.seq AND m.due_at = d.due_at)").fetchone() == (0,)
+    # every scheduled head (lock 4) waits for its own due time
+    assert db.execute(
+        "SELECT count(*) FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = g.head_seq"
+        " WHERE g.lock = 4 AND (m.due_at IS NULL OR m.due_at != g.expires_at)").fetchone() == (0,)
     last_seq = db.execute("SELECT last_seq FROM lq_state").fetchone()[0]
     assert db.execute("SELECT coalesce(max(seq), 0) FROM lq_messages").fetchone()[0] <= last_seq

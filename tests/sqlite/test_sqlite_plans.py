@@ -36,21 +36,21 @@ HOT = {
     "now": (),
     "find_claimable": (0, 5.0),
     "find_claimable_many": (0, 64),
-    "batch_add": ("g1", 0, b"x"),
+    "batch_add": ("g1", 0, b"x", None),
     "batch_take_seqs": (),
     "batch_groups": (100,),
     "batch_heads": (100,),
-    "batch_messages": (100,),
+    "batch_messages": (100, None),
     "batch_clear": (),
     "lease": (1, "w", 10.0, 5, 1.0),
-    "unclaim_count": ("g1", 1, 1, "w"),
-    "unclaim": ("g1", 1, 1, "w"),
-    "ack": ("g1", 1, 1, "w"),
-    "nack_now": ("g1", 1, 1, "w"),
-    "park_time": ("g1", 1, 1, "w", 5.0),
-    "park": ("g1", 1, 1, "w", 5.0),
-    "extend_time": ("g1", 1, 1, "w", 5.0),
-    "extend": ("g1", 1, 1, "w", 5.0),
+    "unclaim_count": ("g1", 1, 1, "w", 7),
+    "unclaim": ("g1", 1, 1, "w", 7),
+    "ack": ("g1", 1, 1, "w", 7),
+    "nack_now": ("g1", 1, 1, "w", 7),
+    "park_time": ("g1", 1, 1, "w", 7, 5.0),
+    "park": ("g1", 1, 1, "w", 7, 5.0),
+    "extend_time": ("g1", 1, 1, "w", 7, 5.0),
+    "extend": ("g1", 1, 1, "w", 7, 5.0),
     "counts": (),
     "count_messages": (),
     "top_ready_priority": (),
@@ -60,8 +60,8 @@ HOT = {
     "count_paused": (1,),
     "count_purged": (3, 0, 1, 0),
     "count_buried": (1,),
-    "bury_count": ("g1", 1, 1, "w"),
-    "bury": ("g1", 1, 1, "w", "why"),
+    "bury_count": ("g1", 1, 1, "w", 7),
+    "bury": ("g1", 1, 1, "w", 7, "why"),
     "find_head": ("g1",),
     "skip_count": (1,),
     "skip": (1,),
@@ -71,6 +71,23 @@ HOT = {
     "forget_group": (1,),
     "set_priority": ("g1", 3),
     "group_info": ("g1",),
+    # Part 5 (version 5)
+    "publish_extras": ("g1", 3, 9.0, "k"),
+    "schedule_head": ("g1",),
+    "schedule_batch_heads": (),
+    "key_holder": ("g1", "k"),
+    "keep_key": ("g1", "k", 3, 9.0),
+    "keep_batch_keys": (100, 9.0),
+    "drop_keys": (),
+    "defer_keys": (),
+    "release_now": ("g1", 1, 1, "w", 7),
+    "release_park": ("g1", 1, 1, "w", 7, 5.0),
+    "retry": (1,),
+    "count_due": (3, 9.0),
+    "count_batch_due": (100, 9.0),
+    "drop_due": (),
+    "skip_due": (3,),
+    "purge_due": (1,),
 }
 
 OK_SCAN = re.compile(
@@ -132,7 +149,7 @@ def test_statement_uses_indexes(conn: Any, name: str) -> None:
     check(lines, name)
     if name in ("find_claimable", "ack", "group_state", "find_group", "set_priority", "unclaim",
                 "unclaim_count", "park_time", "extend_time", "bury_count", "bury", "find_head", "skip_count",
-                "skip", "peek"):
+                "skip", "peek", "schedule_head", "key_holder", "release_now", "release_park", "retry"):
         assert any("SEARCH lq_groups USING" in line or "SEARCH g USING" in line for line in lines), lines
 
 
@@ -158,12 +175,31 @@ def test_the_claim_walks_priorities_only_for_an_uncommon_floor(conn: Any) -> Non
 
 
 def test_stats_reads_the_state_row_alone(conn: Any) -> None:
-    """stats() is O(1): its counts come from the one row lq_state and the one
-    row lq_quarantine (each looked up by its primary key), never from a scan
-    or a search of lq_groups, its expiry index included (counting leases and
-    parks there is O(leased + parked))."""
+    """stats() is O(1) but for its scheduled count: its counts come from the
+    one row lq_state and the one row lq_quarantine (each looked up by its
+    primary key), never from a scan or a search of lq_groups, its expiry
+    index included (counting leases and parks there is O(leased + parked));
+    scheduled is a range of the due-time index, O(log n + scheduled)."""
     lines = plan(conn, QUERIES["counts"], HOT["counts"])
     assert any(line.startswith("SEARCH lq_state USING INTEGER PRIMARY KEY") for line in lines), lines
     assert any(line.startswith("SEARCH lq_quarantine USING INTEGER PRIMARY KEY") for line in lines), lines
-    assert all(line.startswith(("SEARCH lq_state USING INTEGER PRIMARY KEY", "SCALAR SUBQUERY",
-                                "SEARCH lq_quarantine USING INTEGER PRIMARY KEY")) for line in lines), lines
+    assert any(line.startswith("SEARCH lq_due USING COVERING INDEX lq_due_at (due_at>?)")
+               for line in lines), lines
+    assert all(line.startswith(("SEARCH lq_state USING INTEGER PRIMARY KEY", "SCALAR SUBQUERY", "CORRELATED SCALAR SUBQUERY",
+                                "SEARCH lq_quarantine USING INTEGER PRIMARY KEY",
+                                "SEARCH lq_due USING COVERING INDEX lq_due_at")) for line in lines), lines
+
+
+def test_a_key_is_found_through_indexes(conn: Any) -> None:
+    """A key check is index searches: the key's row by (group, key), its
+    message by the group's row and the seq."""
+    lines = plan(conn, QUERIES["key_holder"], HOT["key_holder"])
+    assert any(line.startswith("SEARCH k USING PRIMARY KEY (group_id=? AND key=?)") for line in lines), lines
+    assert any(line.startswith("SEARCH m USING PRIMARY KEY (gid=? AND seq=?)") for line in lines), lines
+
+
+def test_no_index_was_added_to_the_messages() -> None:
+    """Every index of lq_messages costs every publish and ack a cursor: Part 5
+    keeps its keys and due times in tables of their own."""
+    indexes = [s for s in load_statements("sqlite") if s.upper().startswith("CREATE INDEX") and "lq_messages" in s]
+    assert indexes == []

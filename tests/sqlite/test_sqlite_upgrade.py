@@ -1,13 +1,15 @@
-"""SPEC Part 4, "Upgrades keep data", on SQLite: a file written by the previous
-release (leasequeue 0.3, schema version 3) is upgraded in place on open, in
-one transaction, with every message, lease, park, pause and counter kept; a
-file of a newer schema is refused and left untouched.
+"""SPEC Part 4, "Upgrades keep data", on SQLite: a file written by an earlier
+release (leasequeue 0.3, schema version 3; leasequeue 0.5, schema version 4)
+is upgraded in place on open, in one transaction, with every message, lease,
+park, pause, bury and counter kept; a file of a newer schema is refused and
+left untouched.
 
-The file is ``tests/fixtures/sqlite-schema3.db``, written by the old code
-itself (``tests/fixtures/make_upgrade_fixtures.py``, run against commit
-d13ce49), and ``sqlite-schema3.json`` beside it holds what the old code
-reported on it and the claims it gave next; the new code must say and do the
-same.
+The files are ``tests/fixtures/sqlite-schema3.db`` and ``sqlite-schema4.db``,
+written by the old code itself (``tests/fixtures/make_upgrade_fixtures.py``,
+run against commits d13ce49 and 1d46d15), and the ``.json`` beside each holds
+what the old code reported on it and the claims it gave next; the new code
+must say and do the same.  Then the operations of SPEC Part 5 (later, once,
+release, retry) work on the upgraded 0.5 file.
 """
 
 from __future__ import annotations
@@ -26,17 +28,21 @@ from leasequeue._backends.sqlite import transport as _sqlite
 from leasequeue._backends.sqlfiles import load_migrations
 from leasequeue.testing import ManualClock
 
-from fixtures.make_upgrade_fixtures import STOP, continue_after, report
+from fixtures.make_upgrade_fixtures import STOP, continue_after, continue_after4, report, report4
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 FILE = os.path.join(FIXTURES, "sqlite-schema3.db")
 with open(os.path.join(FIXTURES, "sqlite-schema3.json")) as _f:
     RECORD: Dict[str, Any] = json.load(_f)
+FILE4 = os.path.join(FIXTURES, "sqlite-schema4.db")
+with open(os.path.join(FIXTURES, "sqlite-schema4.json")) as _f:
+    RECORD4: Dict[str, Any] = json.load(_f)
+CURRENT = (_sqlite.SCHEMA_VERSION, _sqlite.SCHEMA_VERSION)
 
 
-def old_file(tmp_path: Any) -> str:
+def old_file(tmp_path: Any, source: str = FILE) -> str:
     path = str(tmp_path / "old.db")
-    shutil.copyfile(FILE, path)
+    shutil.copyfile(source, path)
     return path
 
 
@@ -74,11 +80,13 @@ def schema_of(path: str) -> Dict[str, Any]:
         conn.close()
 
 
-def test_the_fixture_is_of_the_previous_schema() -> None:
-    """The fixture is what the old code wrote: version 3, untouched by the new code."""
+def test_the_fixtures_are_of_the_previous_schemas() -> None:
+    """The fixtures are what the old code wrote: versions 3 and 4, untouched by the new code."""
     assert version_of(FILE) == (3, 3)
-    assert _sqlite.SCHEMA_VERSION == 4
+    assert version_of(FILE4) == (4, 4)
+    assert _sqlite.SCHEMA_VERSION == 5
     assert "SQLite schema version 3" in RECORD["made_by"]
+    assert "leasequeue 0.5.0" in RECORD4["made_by"] and "SQLite schema version 4" in RECORD4["made_by"]
 
 
 def test_a_file_of_the_previous_release_opens_with_nothing_lost(tmp_path: Any) -> None:
@@ -90,7 +98,7 @@ def test_a_file_of_the_previous_release_opens_with_nothing_lost(tmp_path: Any) -
     path = old_file(tmp_path)
     clock = ManualClock(STOP)
     with SQLiteTransport(path, clock=clock) as t:
-        assert version_of(path) == (4, 4)
+        assert version_of(path) == CURRENT
         assert report(t) == RECORD["at_stop"]
         stats = t.stats()
         assert stats.buried == 0 and tuple(stats[:5]) == tuple(RECORD["at_stop"]["stats"])
@@ -105,7 +113,7 @@ def test_the_new_operations_work_on_an_upgraded_file(tmp_path: Any) -> None:
     clock = ManualClock(STOP)
     live = RECORD["live_lease"]
     with SQLiteTransport(path, clock=clock) as t:
-        assert [tuple(m) for m in t.peek("order-1", 5)] == [
+        assert [tuple(m)[:3] for m in t.peek("order-1", 5)] == [
             (2, {"step": "a1"}, 1), (4, {"step": "a2"}, 0), (9, {"step": "a3"}, 0)]
         lease = leasequeue.Lease(live["seq"], live["group_id"], live["event"], live["worker_id"],
                                  live["expires_at"], live["attempt"])
@@ -121,19 +129,23 @@ def test_the_new_operations_work_on_an_upgraded_file(tmp_path: Any) -> None:
         assert t.resume("order-1") is True
         assert t.stats().buried == 0
     with SQLiteTransport(path, clock=clock) as t:  # reopened: nothing is migrated twice
-        assert version_of(path) == (4, 4)
+        assert version_of(path) == CURRENT
         assert t.peek("order-1", 1)[0].attempt == 1
         assert t.group("order-3").head_seq == 7
 
 
 def test_an_upgraded_file_has_the_schema_of_a_new_one(tmp_path: Any) -> None:
-    """The migrations bring a version-3 file to exactly the tables, indexes,
+    """The migrations bring a version-3 file and a version-4 file to exactly the tables, indexes,
     triggers and views that a new file gets from schema.sql."""
     path = old_file(tmp_path)
     SQLiteTransport(path).close()
     fresh = str(tmp_path / "fresh.db")
     SQLiteTransport(fresh).close()
     assert schema_of(path) == schema_of(fresh)
+    path4 = str(tmp_path / "old4.db")
+    shutil.copyfile(FILE4, path4)
+    SQLiteTransport(path4).close()
+    assert schema_of(path4) == schema_of(fresh)
 
 
 def test_the_upgrade_is_one_transaction(tmp_path: Any, monkeypatch: Any) -> None:
@@ -204,7 +216,69 @@ def test_processes_opening_an_old_file_at_once_upgrade_it_once(tmp_path: Any) ->
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outs]
-    assert {out.strip() for out, _ in outs} == {str(RECORD["at_stop"]["stats"] + [0])}
-    assert version_of(path) == (4, 4)
+    assert {out.strip() for out, _ in outs} == {str(RECORD["at_stop"]["stats"] + [0, 0])}
+    assert version_of(path) == CURRENT
     with SQLiteTransport(path, clock=ManualClock(STOP)) as t:
         assert report(t) == RECORD["at_stop"]
+
+
+# ---------------------------------------------------------------- 0.5 (schema 4) -> schema 5
+
+
+def test_a_file_of_0_5_opens_with_nothing_lost(tmp_path: Any) -> None:
+    """The 0.5 file (a buried group besides 0.3's scenario): stats() and
+    groups() say what 0.5 said, nothing is scheduled; the old live lease,
+    rebuilt from its fields, is acked; the claims come in 0.5's order with
+    its attempt counts, and the buried group, resumed, gives its head again."""
+    path = old_file(tmp_path, FILE4)
+    clock = ManualClock(STOP)
+    with SQLiteTransport(path, clock=clock) as t:
+        assert version_of(path) == CURRENT
+        assert report4(t) == RECORD4["at_stop"]
+        stats = t.stats()
+        assert stats.buried == 1 and stats.scheduled == 0
+        assert all(info.due_at is None for info in t.groups())
+        assert continue_after4(t, clock, leasequeue.Lease, RECORD4["live_lease"]) == RECORD4["continued"]
+
+
+def test_the_part_5_operations_work_on_a_file_of_0_5(tmp_path: Any) -> None:
+    """On the upgraded 0.5 file: the old messages have no due time and no key;
+    retry gives the buried group a fresh start; a delayed publish schedules a
+    new group and a keyed one is deduplicated; the old live lease, released,
+    is not current any more, and its next delivery has the same attempt."""
+    path = old_file(tmp_path, FILE4)
+    clock = ManualClock(STOP)
+    live = RECORD4["live_lease"]
+    with SQLiteTransport(path, clock=clock, dedup_window=10.0) as t:
+        assert all(m.due_at is None and m.key is None for m in t.peek("order-1", 5))
+        # retry: the buried head's count back to 0, the bury lifted.
+        assert t.retry("order-9") is True
+        info = t.group("order-9")
+        assert (info.state, info.reason, info.attempt) == ("ready", None, None)
+        assert t.stats().buried == 0
+        lease = t.claim("w", 30.0, 20)
+        assert (lease.group_id, lease.seq, lease.attempt) == ("order-9", 13, 1)
+        t.ack(lease)
+        # later: a new group waits for its due time.
+        seq = t.publish("later", {"step": "t1"}, 30, delay=50.0)
+        assert seq == RECORD4["continued"]["published_seq"]  # the next seq, as 0.5 gave it
+        info = t.group("later")
+        assert (info.state, info.due_at) == ("scheduled", STOP + 50.0)
+        assert t.stats().scheduled == 1
+        assert t.claim("w", 30.0, 30) is None
+        # once: the same key in the same group is the same message.
+        keyed = t.publish("order-1", {"step": "a4"}, key="charge")
+        assert t.publish("order-1", {"step": "again"}, key="charge") == keyed
+        assert t.peek("order-1", 5)[-1] == leasequeue.Message(keyed, {"step": "a4"}, 0, None, "charge")
+        # release: the old lease, rebuilt from its fields, handed back uncounted.
+        old = leasequeue.Lease(live["seq"], live["group_id"], live["event"], live["worker_id"], live["expires_at"],
+                               live["attempt"])
+        t.release(old)
+        with pytest.raises(LeaseLost):
+            t.ack(old)
+        clock.set(STOP + 51.0)
+        assert t.claim("w", 30.0, 30).group_id == "later"
+        assert t.peek("order-1", 1)[0].attempt == live["attempt"] - 1
+        claimed = [t.claim("w", 30.0) for _ in range(3)]  # order-5 and order-2 were claimed before order-1
+        again = next(lease for lease in claimed if lease.group_id == "order-1")
+        assert (again.seq, again.attempt) == (2, live["attempt"])

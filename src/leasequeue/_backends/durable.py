@@ -14,6 +14,9 @@ store; ``expires_at`` and ``event`` are not compared.
   name no delivery (a hand-built lease may hold anything: a field of
   another type, a ``str`` or ``int`` subclass, a number outside
   ``1 .. 2**63 - 1``).  Reading the fields runs no user code.
+* ``lease_fence``: ``lease_key``'s four fields and the delivery's number
+  (``lease_delivery``), in one call: what a backend that fences by
+  delivery matches (docs/decisions.md, "Honest attempts").
 * ``lost``: the ``LeaseLost`` for a lease that is not current.
 * ``issue`` / ``decoded_lease``: the ``leasequeue.Lease`` a claim returns,
   the latter deserializing the stored event first (``EventDecodeError``
@@ -37,6 +40,7 @@ __all__ = [
     "issue",
     "lease_class",
     "lease_delivery",
+    "lease_fence",
     "lease_key",
     "lost",
 ]
@@ -95,6 +99,35 @@ def lease_delivery(lease: Any) -> Optional[int]:
     return delivery if type(delivery) is int else None
 
 
+#: ``(group_id, attempt, seq, worker_id, delivery)``: a ``DeliveryKey`` and
+#: the delivery's number (None for a lease built by hand), or None.
+FencedKey = Optional[Tuple[str, int, int, str, Optional[int]]]
+
+
+def lease_fence(lease: Any) -> FencedKey:
+    """``lease_key(lease)`` plus ``lease_delivery(lease)``, or None when the
+    fields name no delivery.  A number outside ``1 .. 2**63 - 1`` (no
+    claim's) becomes 0, which names no delivery either.  One call, inlined:
+    every ack pays for it."""
+    group_id = lease.group_id
+    attempt = lease.attempt
+    seq = lease.seq
+    worker_id = lease.worker_id
+    if (
+        type(group_id) is not str
+        or type(worker_id) is not str
+        or type(seq) is not int
+        or type(attempt) is not int
+        or not 0 < seq <= INT64_MAX
+        or not 0 < attempt <= INT64_MAX
+    ):
+        return None
+    delivery = lease._delivery
+    if delivery is not None and (type(delivery) is not int or not 0 < delivery <= INT64_MAX):
+        delivery = None if type(delivery) is not int else 0
+    return (group_id, attempt, seq, worker_id, delivery)
+
+
 def lost(lease: Any) -> LeaseLost:
     """The error for a lease that is not current."""
     return LeaseLost(
@@ -120,7 +153,8 @@ def _durable_lease_builder() -> Callable[..., Any]:
         return _inmemory_py._durable_lease
     from .inmemory import transport_c
 
-    return transport_c._durable_lease  # type: ignore[no-any-return]
+    builder: Callable[..., Any] = getattr(transport_c, "_durable_lease")  # not in every transport_c.pyi
+    return builder
 
 
 _build = _durable_lease_builder()

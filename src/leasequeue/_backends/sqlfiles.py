@@ -6,7 +6,7 @@ layout): ``_backends/<backend>/schema.sql`` holds the schema as plain statements
 ``-- name: NAME --`` header followed by a one-line description.  SQLite runs
 its schema statement by statement (``load_statements``); PostgreSQL runs its
 schema, with its ``$$``-quoted function bodies, as one script
-(``load_script``).  ``sql/<backend>/migrations/NNNN_name.sql`` are the
+(``load_script``).  ``_backends/<backend>/migrations/NNNN_name.sql`` are the
 numbered migrations: file ``NNNN`` upgrades schema version ``NNNN - 1`` to
 ``NNNN`` (``load_migrations``).
 """
@@ -59,7 +59,7 @@ def load_queries(backend: str, filename: str = "queries.sql") -> Dict[str, str]:
 
 
 def load_migrations(backend: str) -> List[Tuple[int, str]]:
-    """``[(version, filename), ...]`` of ``sql/<backend>/migrations/``, by
+    """``[(version, filename), ...]`` of ``_backends/<backend>/migrations/``, by
     version: ``filename`` (``migrations/NNNN_name.sql``, for ``load_script``
     or ``load_statements``) upgrades version ``version - 1`` to ``version``.
     Two files of one version, or a file whose name does not follow the

@@ -58,6 +58,9 @@ _CONTRACT_MODULES = [
         "_rules_batches",
         "_rules_quarantine",
         "_rules_ack_and_claim",
+        "_rules_later",
+        "_rules_once",
+        "_rules_attempts",
     )
 ]
 

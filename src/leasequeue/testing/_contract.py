@@ -7,10 +7,13 @@ Needs pytest (imported here and in the ``_rules_*`` modules it is made of;
 from __future__ import annotations
 
 from ._rules_ack_and_claim import AckAndClaimRules
-from ._rules_bad_input import BadInputRules
+from ._rules_attempts import AttemptRules
+from ._rules_bad_input import BadInputRules, Part5BadInputRules
 from ._rules_batches import BatchRules
 from ._rules_control import ControlPlaneRules
 from ._rules_core import CoreRules
+from ._rules_later import LaterRules
+from ._rules_once import OnceRules
 from ._rules_quarantine import QuarantineRules
 from ._rules_waiting import WaitingRules
 
@@ -18,7 +21,17 @@ __all__ = ["TransportContract"]
 
 
 class TransportContract(
-    CoreRules, BadInputRules, WaitingRules, ControlPlaneRules, BatchRules, QuarantineRules, AckAndClaimRules
+    CoreRules,
+    BadInputRules,
+    WaitingRules,
+    ControlPlaneRules,
+    BatchRules,
+    QuarantineRules,
+    AckAndClaimRules,
+    LaterRules,
+    OnceRules,
+    AttemptRules,
+    Part5BadInputRules,
 ):
     """One test per rule of leasequeue's transport contract, for any transport.
 
@@ -51,6 +64,18 @@ class TransportContract(
       "Quarantine").
     * ``supports_ack_and_claim``: ``ack_and_claim`` (a job's ack and the
       next claim in one call; docs/contract.md, "ack_and_claim").
+    * ``supports_later``: ``publish(..., delay=)`` and ``publish_many(...,
+      delay=)``, the ``"scheduled"`` state, ``GroupInfo.due_at``,
+      ``stats().scheduled``, ``Message.due_at`` (SPEC Part 5, "Later").
+    * ``supports_once``: ``publish(..., key=)``, keyed ``publish_many``
+      items, ``Message.key`` and the constructor's ``dedup_window``
+      (Part 5, "Once").  Its window rules call ``make_transport(clock,
+      dedup_window=w)``: with this flag, ``make_transport`` must accept
+      that keyword and hand it to the transport.
+    * ``supports_release``: ``release(lease, delay=0.0)``, ``retry(group_id)``
+      and fencing by delivery: a lease of a closed delivery never becomes
+      current again, even when a later delivery carries its ``attempt``
+      (Part 5, "Honest attempts").
     * ``usable_after_close``: calls still work after ``close()`` (the
       in-memory transports); False when ``close()`` releases a connection:
       then a claim with a non-zero timeout (and ``aclaim``) returns None at
@@ -62,7 +87,9 @@ class TransportContract(
       rebuilt from them (or issued by another instance on the same store)
       is current where they name the open delivery (a durable backend).
 
-    Hooks: ``make_transport(clock)`` (required) and ``close_transport(t)``
+    Hooks: ``make_transport(clock, *, dedup_window=0.0)`` (required; an
+    override taking ``clock`` alone serves every rule but the window rules
+    of ``supports_once``) and ``close_transport(t)``
     (default ``t.close()``), called for every transport a test made when
     the test ends.  ``liveness_timeout`` (seconds a test waits for something
     that must happen) and ``settle_seconds`` (how long a waiting test lets a

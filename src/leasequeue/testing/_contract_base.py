@@ -23,7 +23,8 @@ from ._reference import INT64_MIN  # the referee's, not the code under test's
 __all__ = ["ContractBase", "ContractClock", "Waiter", "claim_all", "fingerprint", "lease_key", "requires"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-MakeTransport = Callable[[Callable[[], float]], Any]
+#: ``new_transport(clock)`` or ``new_transport(clock, dedup_window=w)``
+MakeTransport = Callable[..., Any]
 
 _UNSET: Any = object()
 
@@ -273,7 +274,7 @@ class ContractBase:
 
     # -- hooks ---------------------------------------------------------------
 
-    def make_transport(self, clock: Callable[[], float]) -> "CoreTransport[Any]":
+    def make_transport(self, clock: Callable[[], float], *, dedup_window: float = 0.0) -> "CoreTransport[Any]":
         """Return a new, empty transport that reads the time from ``clock``.
 
         A backend with every part of the contract is a ``leasequeue.Transport``;
@@ -285,6 +286,12 @@ class ContractBase:
         two side by side to compare them, and uses leases of one on the
         other.  ``clock`` is a zero-argument callable returning seconds (a
         ``ManualClock``); the transport must read the time from it alone.
+
+        ``dedup_window`` (SPEC Part 5, "Once") is passed, as a keyword, only
+        by the rules that need a window other than the default: an override
+        that takes ``clock`` alone works for every other rule, but with
+        ``supports_once`` it must accept ``dedup_window`` and give it to the
+        transport's constructor.
         """
         raise NotImplementedError(
             f"{type(self).__name__} must override make_transport(self, clock) to return a transport"
@@ -307,12 +314,14 @@ class ContractBase:
 
     @pytest.fixture
     def new_transport(self) -> Iterator[MakeTransport]:
-        """A factory ``new_transport(clock)``: ``make_transport`` whose
-        transports ``close_transport`` releases when the test ends."""
+        """A factory ``new_transport(clock)`` (or ``new_transport(clock,
+        dedup_window=w)``): ``make_transport`` whose transports
+        ``close_transport`` releases when the test ends.  The keyword reaches
+        ``make_transport`` only when it is given."""
         made: List[Any] = []
 
-        def new(clock: Callable[[], float]) -> Any:
-            transport = self.make_transport(clock)
+        def new(clock: Callable[[], float], **options: Any) -> Any:
+            transport = self.make_transport(clock, **options) if options else self.make_transport(clock)
             made.append(transport)
             return transport
 

@@ -23,7 +23,7 @@ WAITING = "waiting claims (claim(timeout=...), aclaim, close() waking waiters)"
 
 GROUP_INFO_FIELDS = (
     "group_id", "priority", "messages", "state", "paused", "head_seq", "worker_id", "expires_at", "attempt",
-    "last_claimed_at", "reason",
+    "last_claimed_at", "reason", "due_at",
 )
 
 _BAD_CALLS = [
@@ -168,13 +168,13 @@ class ControlPlaneRules(ContractBase):
             with pytest.raises(LeaseLost):
                 op(lease)
         assert transport.group("g") is None
-        assert (len(transport), transport.stats()) == (1, (1, 1, 0, 0, 0, 0))
+        assert (len(transport), transport.stats()) == (1, (1, 1, 0, 0, 0, 0, 0))
         assert transport.purge("g") == 0
         assert transport.purge("unknown") == 0
         parked = transport.claim("w", 30)
         transport.nack(parked, 100)
         assert transport.purge("h") == 1
-        assert (len(transport), transport.stats()) == (0, (0, 0, 0, 0, 0, 0))
+        assert (len(transport), transport.stats()) == (0, (0, 0, 0, 0, 0, 0, 0))
         assert transport.publish("g", "after") == 5  # seqs are never reused
 
     @requires("supports_control_plane", CONTROL)
@@ -268,21 +268,21 @@ class ControlPlaneRules(ContractBase):
         info = transport.group("g")
         assert type(info).__name__ == "GroupInfo" and isinstance(info, tuple)
         assert getattr(info, "_fields", None) == GROUP_INFO_FIELDS
-        assert tuple(info) == ("g", 3, 2, "ready", False, 1, None, None, None, None, None)
+        assert tuple(info) == ("g", 3, 2, "ready", False, 1, None, None, None, None, None, None)
         lease = transport.claim("w", 30)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", False, 1, "w", 1030.0, 1, 1000.0, None)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", False, 1, "w", 1030.0, 1, 1000.0, None, None)
         transport.pause("g")
-        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", True, 1, "w", 1030.0, 1, 1000.0, None)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "leased", True, 1, "w", 1030.0, 1, 1000.0, None, None)
         clock.advance(5)
         transport.nack(lease, 50)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", True, 1, PARKED, 1055.0, 1, 1000.0, None)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", True, 1, PARKED, 1055.0, 1, 1000.0, None, None)
         transport.resume("g")  # lifts the pause and ends the park
-        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1000.0, None)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1000.0, None, None)
         lease = transport.claim("w", 10)
         transport.nack(lease, 50)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", False, 1, PARKED, 1055.0, 2, 1005.0, None)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "parked", False, 1, PARKED, 1055.0, 2, 1005.0, None, None)
         clock.advance(51)
-        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1005.0, None)
+        assert tuple(transport.group("g")) == ("g", 3, 2, "ready", False, 1, None, None, None, 1005.0, None, None)
         assert transport.group("unknown") is None
 
     @requires("supports_control_plane", CONTROL)
@@ -309,9 +309,9 @@ class ControlPlaneRules(ContractBase):
         assert isinstance(snapshot, list)
         assert sorted(snapshot) == sorted([transport.group("a"), transport.group("b"), transport.group("c")])
         assert sorted(tuple(info) for info in snapshot) == [
-            ("a", 2, 1, "leased", False, 1, "w", 1030.0, 1, 1000.0, None),
-            ("b", 0, 2, "ready", False, 2, None, None, None, None, None),
-            ("c", 0, 0, "paused", True, None, None, None, None, None, None),
+            ("a", 2, 1, "leased", False, 1, "w", 1030.0, 1, 1000.0, None, None),
+            ("b", 0, 2, "ready", False, 2, None, None, None, None, None, None),
+            ("c", 0, 0, "paused", True, None, None, None, None, None, None, None),
         ]
         transport.ack(lease)
         assert sorted(info.group_id for info in transport.groups()) == ["b", "c"]

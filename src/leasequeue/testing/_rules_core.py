@@ -605,9 +605,9 @@ class CoreRules(ContractBase):
 
     def test_stats_fields(self, transport: Any, clock: ContractClock) -> None:
         """``stats()``: named fields messages, groups, leased, parked, paused,
-        buried; expired leases and parks count as neither."""
+        buried, scheduled; expired leases and parks count as neither."""
         stats = transport.stats()
-        assert stats._fields == ("messages", "groups", "leased", "parked", "paused", "buried")
+        assert stats._fields == ("messages", "groups", "leased", "parked", "paused", "buried", "scheduled")
         assert type(stats).__name__ == "TransportStats"
         assert isinstance(stats, tuple) and stats == (0, 0, 0, 0, 0, 0, 0)
         for group in ("a", "a", "b", "c", "d"):

@@ -115,7 +115,7 @@ class QuarantineRules(ContractBase):
         assert (lease.group_id, lease.attempt) == ("g", 2)
         transport.bury(lease, "ValueError: attempt 2")
         info = transport.group("g")
-        assert tuple(info) == ("g", 2, 2, "buried", False, 1, "w2", None, 2, 1003.0, "ValueError: attempt 2")
+        assert tuple(info) == ("g", 2, 2, "buried", False, 1, "w2", None, 2, 1003.0, "ValueError: attempt 2", None)
         assert transport.stats() == (3, 2, 0, 0, 0, 1, 0)
         assert transport.group("h").reason is None
         assert sorted((i.group_id, i.state, i.reason) for i in transport.groups()) == [
@@ -370,7 +370,7 @@ class QuarantineRules(ContractBase):
             transport.pause("g")
         assert transport.skip("g") is True
         assert self._peek_ids(transport, "g") == [(2, 0), (3, 0)]
-        assert len(transport) == 2 and transport.stats()[2:] == (0, 0, int(head == "paused"), 0)
+        assert len(transport) == 2 and transport.stats()[2:] == (0, 0, int(head == "paused"), 0, 0)
         if lease is not None:
             for op in (transport.ack, transport.nack, lambda x: transport.extend(x, 5)):
                 with pytest.raises(LeaseLost):
@@ -558,8 +558,8 @@ class QuarantineRules(ContractBase):
     @requires("supports_quarantine", QUARANTINE)
     def test_peek_in_every_state(self, transport: Any, clock: ContractClock) -> None:
         """``peek``: the group's oldest ``max_count`` messages, head first,
-        whatever their state, as ``Message(seq, event, attempt)`` (attempt:
-        deliveries so far); ``[]`` for an unknown group."""
+        whatever their state, as ``Message(seq, event, attempt, due_at, key)``
+        (attempt: deliveries so far; no delay, no key here); ``[]`` for an unknown group."""
         events = {name: [name] for name in ("r1", "r2", "l1", "l2", "p1", "b1", "b2", "b3")}
         for name, event in events.items():
             transport.publish(name[0], event)
@@ -583,7 +583,9 @@ class QuarantineRules(ContractBase):
             assert isinstance(got, list)
             assert [(m.seq, m.attempt) for m in got] == [(s, a) for s, a, _ in want]
             for message, (_, _, name) in zip(got, want):
-                assert type(message).__name__ == "Message" and message._fields == ("seq", "event", "attempt")
+                assert type(message).__name__ == "Message"
+                assert message._fields == ("seq", "event", "attempt", "due_at", "key")
+                assert (message.due_at, message.key) == (None, None)
                 assert self.same_event(message.event, events[name])
                 assert type(message.seq) is int and type(message.attempt) is int
             assert [(m.seq, m.attempt) for m in transport.peek(group)] == [(s, a) for s, a, _ in want[:1]]

@@ -1,7 +1,7 @@
 -- The statements of leasequeue._backends.sqlite.transport, each under a "-- name: NAME --" header
 -- followed by a one-line description.  Parameters are numbered (?1, ?2, ...)
 -- and bound from tuples.  Every statement runs inside the BEGIN IMMEDIATE
--- transaction of one transport operation (see _sqlite.py), except the reads
+-- transaction of one transport operation (see transport.py), except the reads
 -- marked "read only" and the statements marked "one statement" (run alone
 -- when no claim waits in the process: SQLite makes a lone write statement one
 -- transaction, taking the write lock as it starts, which saves the BEGIN and
@@ -22,9 +22,14 @@
 -- lq_lock_changed, which fires for the statements that name paused (pause,
 -- resume, nack_now).  stats() reads lq_state alone.
 --
--- "The lease is current" is always the same five tests: the group's delivery
--- is open, of that attempt, of its head message, to that worker, and the
--- group is the lease's group (it is looked up by group_id).
+-- "The lease is current" is always the same six tests: the group's delivery
+-- is open, of that attempt, of its head message, to that worker, the group is
+-- the lease's group (it is looked up by group_id), and, for a lease the
+-- transport issued (?5 not NULL), the delivery is the lease's: a claim's
+-- number, which the group's round-robin key rr_key is from that claim on
+-- (fencing by delivery, docs/decisions.md "Honest attempts": no released,
+-- nacked or retried delivery is current again, whatever its attempt).  A lease
+-- built by hand (?5 NULL) is matched by its fields alone.
 
 -- name: publish --
 -- One statement: publish one message (?1 group, ?2 priority if the group is new,
@@ -39,12 +44,13 @@ CREATE TEMP TABLE IF NOT EXISTS lq_batch (
     n        INTEGER PRIMARY KEY,
     group_id TEXT    NOT NULL,
     priority INTEGER NOT NULL,
-    event    BLOB
+    event    BLOB,
+    key      TEXT
 );
 
 -- name: batch_add --
--- Stage one item of publish_many.
-INSERT INTO temp.lq_batch (group_id, priority, event) VALUES (?1, ?2, ?3);
+-- Stage one item of publish_many (?4: its key, or NULL).
+INSERT INTO temp.lq_batch (group_id, priority, event, key) VALUES (?1, ?2, ?3, ?4);
 
 -- name: batch_take_seqs --
 -- Take one seq per staged item, and count the items in (and the groups that held none).
@@ -76,9 +82,10 @@ UPDATE lq_groups SET
 WHERE head_seq IS NULL AND group_id IN (SELECT group_id FROM temp.lq_batch);
 
 -- name: batch_messages --
--- Store the staged messages with their seqs (?1 = the seq before the batch).
-INSERT INTO lq_messages (gid, seq, event)
-SELECT g.gid, ?1 + b.n, b.event FROM temp.lq_batch AS b JOIN lq_groups AS g USING (group_id);
+-- Store the staged messages with their seqs (?1 = the seq before the batch), due time
+-- ?2 (NULL: no delay) and keys.
+INSERT INTO lq_messages (gid, seq, event, due_at, key)
+SELECT g.gid, ?1 + b.n, b.event, ?2, b.key FROM temp.lq_batch AS b JOIN lq_groups AS g USING (group_id);
 
 -- name: batch_clear --
 -- Empty the staging table.
@@ -198,70 +205,81 @@ WHERE gid = ?1;
 -- Before unclaim (same parameters): count its lease out if it is current and held.
 UPDATE lq_state SET leased = leased - (
     SELECT count(*) FROM lq_groups
-    WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1)
+    WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5) AND lock = 1)
 WHERE id = 1;
 
 -- name: unclaim --
--- Undo a claim whose lease (?1 group, ?2 attempt, ?3 seq, ?4 worker) is current and nobody received.
+-- Undo a claim whose lease (?1 group, ?2 attempt, ?3 seq, ?4 worker, ?5 delivery) is current and nobody received.
 UPDATE lq_groups SET
     lock = 0, expires_at = NULL, attempt = attempt - 1,
     rr_key = prev_rr_key, last_claimed_at = prev_claimed_at,
     holder = prev_holder, open = (prev_holder IS NOT NULL)
-WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
 
 -- name: ack --
--- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker)
--- and move the head on (the trigger lq_acked deletes the old head, counts it out, and
--- forgets an emptied group).
+-- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker,
+-- ?5 delivery) and move the head on (the trigger lq_acked deletes the old head, counts
+-- it out, and forgets an emptied group).  The next head is free, or scheduled (lock 4
+-- until its due time) if it was published with a delay and is not due at the
+-- transport's time: one lookup of the next message reads both (the aggregate always
+-- gives one row; its bare columns are the min(seq) row's; the transport's time is
+-- read only for a message with a due time).
 UPDATE lq_groups SET
-    messages = messages - 1, lock = 0, expires_at = NULL, holder = NULL, attempt = 0, open = 0,
-    head_seq = (SELECT min(seq) FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq > lq_groups.head_seq)
-WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+    messages = messages - 1, holder = NULL, attempt = 0, open = 0,
+    (head_seq, lock, expires_at) = (
+        SELECT min(m.seq),
+               CASE WHEN m.due_at IS NULL THEN 0 WHEN m.due_at >= (SELECT now FROM lq_state WHERE id = 1) THEN 4 ELSE 0 END,
+               CASE WHEN m.due_at IS NOT NULL AND m.due_at >= (SELECT now FROM lq_state WHERE id = 1) THEN m.due_at END
+        FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq > lq_groups.head_seq)
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
 
 -- name: nack_now --
--- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker):
--- its message is free now.  "paused = paused" fires lq_lock_changed, which counts the
+-- One statement: close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker,
+-- ?5 delivery): its message is free now.  "paused = paused" fires lq_lock_changed, which counts the
 -- lease out (unless it had expired).
 UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = NULL, open = 0, paused = paused
-WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
 
 -- name: park_time --
--- Before park (?1-?4 its lease): the time used is ?5 (never back); the lease, if
+-- Before park (?1-?5 its lease): the time used is ?6 (never back); the lease, if
 -- current and held, is counted out and the park in (the operation rolls back if
 -- park finds the lease not current).
 UPDATE lq_state SET
-    now = max(now, ?5),
+    now = max(now, ?6),
     leased = leased - (
         SELECT count(*) FROM lq_groups
-        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1),
+        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5) AND lock = 1),
     parked = parked + 1
 WHERE id = 1;
 
 -- name: park --
--- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker) and park its
--- message for ?5 seconds from the transport's time.
-UPDATE lq_groups SET lock = 2, expires_at = (SELECT now FROM lq_state) + ?5, holder = '__parked__', open = 0
-WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+-- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker, ?5 delivery) and
+-- park its message for ?6 seconds from the transport's time.
+UPDATE lq_groups SET lock = 2, expires_at = (SELECT now FROM lq_state) + ?6, holder = '__parked__', open = 0
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
 
 -- name: extend_time --
--- Before extend (?1-?4 its lease): the time used is ?5 (never back); a current
+-- Before extend (?1-?5 its lease): the time used is ?6 (never back); a current
 -- delivery whose lease expiry freed is counted in again (extend leases it).
 UPDATE lq_state SET
-    now = max(now, ?5),
+    now = max(now, ?6),
     leased = leased + (
         SELECT count(*) FROM lq_groups
-        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 0)
+        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5) AND lock = 0)
 WHERE id = 1;
 
 -- name: extend --
--- Lease the current delivery's message (?1 group, ?2 attempt, ?3 seq, ?4 worker) again until ?5.
-UPDATE lq_groups SET lock = 1, expires_at = ?5
-WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+-- Lease the current delivery's message (?1 group, ?2 attempt, ?3 seq, ?4 worker, ?5 delivery)
+-- again until ?6.
+UPDATE lq_groups SET lock = 1, expires_at = ?6
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
 
 -- name: counts --
 -- stats(): messages, groups, leased, parked, paused, buried: the rows lq_state and
--- lq_quarantine, O(1).
-SELECT messages, groups, leased, parked, paused, (SELECT buried FROM lq_quarantine WHERE id = 1)
+-- lq_quarantine, O(1); scheduled: the messages whose due time is not before the
+-- transport's time, a range of lq_due_at, O(log n + scheduled).
+SELECT messages, groups, leased, parked, paused, (SELECT buried FROM lq_quarantine WHERE id = 1),
+       (SELECT count(*) FROM lq_due WHERE due_at >= lq_state.now)
 FROM lq_state WHERE id = 1;
 
 -- name: count_messages --
@@ -273,7 +291,8 @@ SELECT messages FROM lq_state WHERE id = 1;
 SELECT max(priority) FROM lq_groups WHERE ready;
 
 -- name: next_expiry --
--- The earliest lock end (read only; the watcher applies expiry when it is due).
+-- The earliest lock end: a lease's, a park's or a scheduled head's due time (read only;
+-- the watcher applies expiry when it is due).
 SELECT min(expires_at) FROM lq_groups WHERE expires_at IS NOT NULL;
 
 -- name: find_group --
@@ -340,12 +359,12 @@ FROM lq_groups ORDER BY gid;
 -- ---------------------------------------------------------------- quarantine (version 4)
 
 -- name: bury_count --
--- Before bury (?1-?4 its lease): the lease, if current and held, is counted out (the
+-- Before bury (?1-?5 its lease): the lease, if current and held, is counted out (the
 -- operation rolls back if bury finds the lease not current; count_buried counts it in).
 UPDATE lq_state SET
     leased = leased - (
         SELECT count(*) FROM lq_groups
-        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND lock = 1)
+        WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5) AND lock = 1)
 WHERE id = 1;
 
 -- name: count_buried --
@@ -353,11 +372,11 @@ WHERE id = 1;
 UPDATE lq_quarantine SET buried = buried + ?1 WHERE id = 1;
 
 -- name: bury --
--- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker) and bury its
--- message at its group's head with reason ?5: lock 3, no end, the worker and attempt
--- kept (group() reports them), so no claim serves the group until resume or skip.
-UPDATE lq_groups SET lock = 3, expires_at = NULL, open = 0, reason = ?5
-WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4;
+-- Close the current delivery (?1 group, ?2 attempt, ?3 seq, ?4 worker, ?5 delivery) and
+-- bury its message at its group's head with reason ?6: lock 3, no end, the worker and
+-- attempt kept (group() reports them), so no claim serves the group until resume or skip.
+UPDATE lq_groups SET lock = 3, expires_at = NULL, open = 0, reason = ?6
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
 
 -- name: find_head --
 -- skip(): a group's control state and head, by group_id.
@@ -385,9 +404,123 @@ WHERE gid = ?1;
 
 -- name: peek --
 -- peek() (read only): the oldest ?2 messages of group ?1, head first, with their
--- deliveries so far (only the head has any).  A range of lq_messages' primary key:
--- O(log G + ?2).
-SELECT m.seq, m.event, CASE WHEN m.seq = g.head_seq THEN g.attempt ELSE 0 END
+-- deliveries so far (only the head has any), due times and keys.  A range of
+-- lq_messages' primary key: O(log G + ?2).
+SELECT m.seq, m.event, CASE WHEN m.seq = g.head_seq THEN g.attempt ELSE 0 END, m.due_at, m.key
 FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid
 WHERE g.group_id = ?1
 ORDER BY m.seq LIMIT ?2;
+
+-- ---------------------------------------------------------------- later, once, release, retry (version 5)
+
+-- name: publish_extras --
+-- After publish (inside its transaction): message ?2 of group ?1 was published with due
+-- time ?3 (NULL: no delay) and key ?4 (NULL: none).
+UPDATE lq_messages SET due_at = ?3, key = ?4
+WHERE gid = (SELECT gid FROM lq_groups WHERE group_id = ?1) AND seq = ?2;
+
+-- name: count_due --
+-- Count message ?1 (published with a delay) as scheduled until its due time ?2.
+INSERT INTO lq_due (seq, due_at) VALUES (?1, ?2);
+
+-- name: count_batch_due --
+-- count_due for the staged batch (?1 = the seq before the batch, ?2 = the due time).
+INSERT INTO lq_due (seq, due_at) SELECT ?1 + n, ?2 FROM temp.lq_batch;
+
+-- name: drop_due --
+-- Forget the due times that have passed (they count for nothing): a range of lq_due_at.
+DELETE FROM lq_due WHERE due_at < (SELECT now FROM lq_state WHERE id = 1);
+
+-- name: skip_due --
+-- skip() removes message ?1: its due time, if any, goes with it.
+DELETE FROM lq_due WHERE seq = ?1;
+
+-- name: purge_due --
+-- purge() removes the messages of group ?1: their due times go with them (before purge_messages).
+DELETE FROM lq_due WHERE seq IN (SELECT seq FROM lq_messages WHERE gid = ?1);
+
+-- name: schedule_head --
+-- Group ?1's head, if free and published with a delay that is not due at the transport's
+-- time, is scheduled: lock 4 until its due time (expiry frees it, as it ends a park).
+UPDATE lq_groups SET
+    lock = 4,
+    expires_at = (SELECT due_at FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq = lq_groups.head_seq)
+WHERE group_id = ?1 AND lock = 0
+  AND (SELECT due_at FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq = lq_groups.head_seq)
+      >= (SELECT now FROM lq_state WHERE id = 1);
+
+-- name: schedule_batch_heads --
+-- schedule_head for every group of the staged batch.
+UPDATE lq_groups SET
+    lock = 4,
+    expires_at = (SELECT due_at FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq = lq_groups.head_seq)
+WHERE group_id IN (SELECT group_id FROM temp.lq_batch) AND lock = 0
+  AND (SELECT due_at FROM lq_messages AS m WHERE m.gid = lq_groups.gid AND m.seq = lq_groups.head_seq)
+      >= (SELECT now FROM lq_state WHERE id = 1);
+
+-- name: key_holder --
+-- The seq of the message holding key ?2 in group ?1, or NULL: the key's row, if its
+-- message is still stored or its time has not passed.  O(log n).
+SELECT k.seq FROM lq_keys AS k
+WHERE k.group_id = ?1 AND k.key = ?2
+  AND (k.held_until > (SELECT now FROM lq_state WHERE id = 1)
+       OR EXISTS (SELECT 1 FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = k.seq
+                  WHERE g.group_id = k.group_id));
+
+-- name: keep_key --
+-- Key ?2 of group ?1 is held by message ?3, and until ?4 also after that message left.
+INSERT OR REPLACE INTO lq_keys (group_id, key, seq, held_until, check_at) VALUES (?1, ?2, ?3, ?4, ?4);
+
+-- name: keep_batch_keys --
+-- keep_key for the staged batch's keys (?1 = the seq before the batch, ?2 = held until).
+INSERT OR REPLACE INTO lq_keys (group_id, key, seq, held_until, check_at)
+SELECT group_id, key, ?1 + n, ?2, ?2 FROM temp.lq_batch WHERE key IS NOT NULL;
+
+-- name: drop_keys --
+-- Of the (up to) 16 rows first due for a look (check_at, at first held_until, not after
+-- the transport's time), forget those that hold nothing: their time has passed and their
+-- message has left.  O(16 log n): a range of lq_keys_check_at, then one look each.
+DELETE FROM lq_keys
+WHERE (group_id, key) IN (
+        SELECT k.group_id, k.key FROM lq_keys AS k
+        WHERE k.check_at <= (SELECT now FROM lq_state WHERE id = 1)
+        ORDER BY k.check_at LIMIT 16)
+  AND held_until <= (SELECT now FROM lq_state WHERE id = 1)
+  AND NOT EXISTS (SELECT 1 FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = lq_keys.seq
+                  WHERE g.group_id = lq_keys.group_id);
+
+-- name: defer_keys --
+-- After drop_keys: the (up to) 16 rows first due for a look now (those it kept: their
+-- message is still stored) are looked at again after about as long again as their time
+-- has passed (at least 1 s, at most a day), so each row is looked at O(log(its life)) times.
+UPDATE lq_keys SET check_at = (SELECT now FROM lq_state WHERE id = 1)
+    + min(max(1.0, coalesce((SELECT now FROM lq_state WHERE id = 1) - held_until, 1.0)), 86400.0)
+WHERE (group_id, key) IN (
+        SELECT k.group_id, k.key FROM lq_keys AS k
+        WHERE k.check_at <= (SELECT now FROM lq_state WHERE id = 1)
+        ORDER BY k.check_at LIMIT 16)
+  AND EXISTS (SELECT 1 FROM lq_groups AS g JOIN lq_messages AS m ON m.gid = g.gid AND m.seq = lq_keys.seq
+              WHERE g.group_id = lq_keys.group_id);
+
+-- name: release_now --
+-- release(lease, 0): as nack_now (?1-?5 the lease), and the delivery does not count.
+UPDATE lq_groups SET lock = 0, expires_at = NULL, holder = NULL, open = 0, attempt = attempt - 1, paused = paused
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
+
+-- name: release_park --
+-- release(lease, delay > 0): as park (?1-?5 the lease, ?6 the delay), and the delivery
+-- does not count (after park_time, as park).
+UPDATE lq_groups SET
+    lock = 2, expires_at = (SELECT now FROM lq_state) + ?6, holder = '__parked__', open = 0, attempt = attempt - 1
+WHERE group_id = ?1 AND open = 1 AND attempt = ?2 AND head_seq = ?3 AND holder = ?4 AND (?5 IS NULL OR rr_key = ?5);
+
+-- name: retry --
+-- retry(): group ?1's head (not under a live lease: the caller checked, after expiry)
+-- starts afresh: no delivery counted, a park ended, a bury lifted, an expired lease's
+-- delivery closed; a schedule (lock 4) and a pause stay, and so do the round-robin key
+-- and last_claimed_at.  skip_count counts the park out first, count_buried the bury.
+UPDATE lq_groups SET
+    attempt = 0, open = 0, holder = NULL, reason = NULL,
+    expires_at = CASE WHEN lock = 4 THEN expires_at END,
+    lock = CASE WHEN lock = 4 THEN 4 ELSE 0 END
+WHERE gid = ?1;

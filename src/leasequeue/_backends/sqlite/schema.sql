@@ -1,4 +1,4 @@
--- The leasequeue schema for SQLite (schema version 4).
+-- The leasequeue schema for SQLite (schema version 5).
 --
 -- Loaded by leasequeue._backends.sqlite.transport: each statement below is run, in order, in the
 -- one transaction that creates a new database file.  The file is marked with
@@ -54,7 +54,10 @@ CREATE TABLE lq_groups (
     rr_key          INTEGER NOT NULL,
     messages        INTEGER NOT NULL,  -- messages held by the group
     head_seq        INTEGER,           -- its oldest message (NULL: none, paused)
-    lock            INTEGER NOT NULL,  -- 0 free, 1 leased, 2 parked, 3 buried
+    -- 0 free, 1 leased, 2 parked, 3 buried, 4 scheduled (version 5: the head
+    -- was published with a delay and is not due; expires_at is its due time,
+    -- so expiry makes it free as it ends a park, counting it as neither)
+    lock            INTEGER NOT NULL,
     expires_at      REAL,              -- end of the lock; NULL when free or buried
     -- The open delivery's worker (also after its lease ran out, while nobody
     -- claimed the message since), '__parked__' while parked, the buried
@@ -93,9 +96,11 @@ CREATE INDEX lq_groups_expiry ON lq_groups (expires_at, lock) WHERE expires_at I
 -- group, its next message and a purge are range searches).  seq is unique,
 -- increasing and never reused: it is taken from lq_state.last_seq.
 CREATE TABLE lq_messages (
-    gid   INTEGER NOT NULL,
-    seq   INTEGER NOT NULL,
-    event BLOB,               -- the serialized event (bytes, or text for JSON)
+    gid    INTEGER NOT NULL,
+    seq    INTEGER NOT NULL,
+    event  BLOB,              -- the serialized event (bytes, or text for JSON)
+    due_at REAL,              -- version 5: publish(delay=d)'s due time, else NULL
+    key    TEXT,              -- version 5: publish(key=k)'s idempotency key, else NULL
     PRIMARY KEY (gid, seq)
 ) WITHOUT ROWID;
 
@@ -158,7 +163,7 @@ BEGIN
 END;
 
 INSERT INTO lq_state (id, magic, version, last_seq, claims, now, messages, groups, leased, parked, paused)
-VALUES (1, 'leasequeue', 4, 0, 0, -9e999, 0, 0, 0, 0, 0);
+VALUES (1, 'leasequeue', 5, 0, 0, -9e999, 0, 0, 0, 0, 0);
 
 -- Version 4: the count of buried groups (lock = 3), stats().buried, in a row of
 -- its own, made last (as migration 0004 makes it): only bury, skip, resume and
@@ -172,3 +177,41 @@ CREATE TABLE lq_quarantine (
     buried  INTEGER NOT NULL
 );
 INSERT INTO lq_quarantine (id, buried) VALUES (1, 0);
+
+-- Version 5: later and once (SPEC Part 5), made last as migration 0005 makes
+-- them.  Not one index on lq_messages: every index of a table costs every
+-- INSERT and DELETE of it a cursor, even a partial index that skips the row
+-- (about 1,300 instructions per publish by callgrind), and a plain publish
+-- and ack must cost what they did.  So keys and due times are looked up and
+-- counted in tables of their own, which only a keyed or delayed publish
+-- writes.
+--
+-- Keys: one row per key a publish stored, keyed by the group's id (not its
+-- row: a held key survives its group being forgotten).  The key is held
+-- while its message is stored (seq, looked up through the group: O(log n))
+-- or while held_until, the publish's time + the publishing transport's
+-- dedup_window, is after the transport's time.  Each keyed publish forgets
+-- up to 16 rows that hold nothing any more, found by check_at (first their
+-- held_until); a row whose message is still stored is looked at again later,
+-- each time after about twice as long (so O(log(lifetime)) looks per key).
+CREATE TABLE lq_keys (
+    group_id   TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,  -- the message that stored it
+    held_until REAL    NOT NULL,
+    check_at   REAL    NOT NULL,  -- when to see whether it holds anything
+    PRIMARY KEY (group_id, key)
+) WITHOUT ROWID;
+CREATE INDEX lq_keys_check_at ON lq_keys (check_at);
+-- Messages published with a delay whose due time may not have passed:
+-- stats().scheduled counts the rows with due_at >= the transport's time, a
+-- range of lq_due_at, O(log n + scheduled).  Written by a delayed publish;
+-- skip and purge delete the rows of the messages they remove; the rows whose
+-- due time has passed count for nothing and are deleted by stats() and by
+-- each delayed publish (an acked message was claimed, so its due time had
+-- passed: an ack never leaves a row that counts).
+CREATE TABLE lq_due (
+    seq    INTEGER PRIMARY KEY,  -- the message (seqs are never reused)
+    due_at REAL    NOT NULL
+);
+CREATE INDEX lq_due_at ON lq_due (due_at);

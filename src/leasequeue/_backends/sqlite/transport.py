@@ -6,11 +6,13 @@ processes on one machine open at once.  Standard library ``sqlite3`` only.
 
 How it works:
 
-* The state is the in-memory twin's state, as rows (``sql/sqlite/schema.sql``):
-  ``lq_messages`` (seq = row id, the group, the serialized event) and
-  ``lq_groups`` (priority, round-robin key, the lock of the head message:
-  free, leased, parked or buried, holder, end, attempt count, whether the
-  delivery is open; paused; the bury reason; last claim time).  One row
+* The state is the in-memory twin's state, as rows (``schema.sql`` beside
+  this module): ``lq_messages`` (seq = row id, the group, the serialized
+  event, its due time and key) and ``lq_groups`` (priority, round-robin key,
+  the lock of the head message: free, leased, parked, buried or scheduled,
+  holder, end, attempt count, whether the delivery is open; paused; the bury
+  reason; last claim time); ``lq_keys`` the keys a ``dedup_window`` holds
+  after their message left.  One row
   ``lq_state`` holds the shared counters: the last seq, the claim counter
   (round-robin keys), the transport's time and the counts of messages,
   groups, leases, parks and pauses (and one row ``lq_quarantine`` the count
@@ -20,7 +22,7 @@ How it works:
   sub-program costs more than a statement).
 * Every operation is one ``BEGIN IMMEDIATE`` transaction (SQLite's one write
   lock serialises them across processes, as the seed's note says), its
-  statements loaded by name from ``sql/sqlite/queries.sql``.  A process
+  statements loaded by name from ``queries.sql``.  A process
   killed at any instant leaves the last committed state; its leases expire.
 * Claims go through partial indexes only: ready groups by round-robin key
   (the claim with the common floor, O(log G)) and by (priority, key) (any
@@ -29,16 +31,26 @@ How it works:
   checks the query plans.
 * Time: ``now = max(clock(), the latest time used)``, kept in the file, so the
   transport's time never runs backwards across processes either.
-* Leases are ``leasequeue.Lease`` values built from their fields.  A lease is
-  current when its group's open delivery has its seq, attempt and worker:
-  any process may ack a lease it holds, or one rebuilt from the fields.
-  Accepting and issuing leases (``_durable``), the serializers
-  (``_serializers``) and the SQL files (``_sqlfiles``) are shared with
-  ``PostgresTransport``.
+* Leases are ``leasequeue.Lease`` values.  Each claim is numbered by the
+  file's claim counter (``lq_state.claims``; the group's round-robin key is
+  that number from the claim on), and the lease it issues carries the
+  number: it is current while its group's open delivery is that claim's
+  (fencing by delivery: a released, nacked or retried delivery is never
+  current again).  A lease rebuilt from its fields carries no number and is
+  current when the open delivery has its seq, attempt and worker: any
+  process may ack a lease it holds, or one rebuilt from the fields.
+  Accepting and issuing leases (``../durable.py``), the serializers
+  (``leasequeue._serializers``) and the SQL files (``../sqlfiles.py``) are
+  shared with ``PostgresTransport``.
+* Later and once (SPEC Part 5): a scheduled head is locked (lock 4) until its
+  due time, so the expiry that ends a park makes it claimable, and the
+  watcher that waits for the earliest lock end wakes waiting claims for it;
+  keys are found through an index of the stored messages, and ``lq_keys``
+  holds them for ``dedup_window`` after their message left.
 * No user code under the lock: the clock is read and events are serialized
   before it, events are deserialized after it.
 
-Waiting claims are in ``_sqlite_waiting.py``.
+Waiting claims are in ``waiting.py``, the kernel file watch in ``watch.py``.
 """
 
 from __future__ import annotations
@@ -59,7 +71,8 @@ from ..._errors import LeaseQueueError
 from ..durable import LEASE_TYPES as _LEASE_TYPES
 from ..durable import check_lease as _check_lease
 from ..durable import decoded_lease, issue
-from ..durable import lease_key as _lease_key
+from .later import LaterOnce
+from .later import fence as _fence
 from ..durable import lost as _lost
 from ..._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, serialize
 from ..._serializers import check_serializer as _check_serializer
@@ -71,12 +84,12 @@ from ..._validation import (
     INT64_MIN,
     check_duration,
     check_id,
+    check_keyed_item,
     check_priority,
     check_time,
     check_worker,
 )
 from ..._validation import check_count as _check_count
-from ..._validation import check_item as _check_item
 
 
 _Self = TypeVar("_Self")  # what __enter__ returns: the transport itself (a subclass's too)
@@ -87,8 +100,8 @@ __all__ = ["JSON_SERIALIZER", "PICKLE_SERIALIZER", "SCHEMA_VERSION", "SQLiteTran
 APPLICATION_ID = 0x4C515545
 #: The schema version this code reads and writes (``PRAGMA user_version``).
 #: A file of an older version (3, leasequeue 0.3, or later) is upgraded on
-#: open by the numbered files of ``sql/sqlite/migrations/``.
-SCHEMA_VERSION = 4
+#: open by the numbered files of ``migrations/`` beside this module.
+SCHEMA_VERSION = 5
 #: The oldest schema version a file may have and still be upgraded: the first
 #: released one (leasequeue 0.3).  Versions 1 and 2 were never released.
 OLDEST_UPGRADABLE = 3
@@ -103,6 +116,9 @@ WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
 _Q = load_queries("sqlite")
 _NEVER_CLAIMED = 2**62
 _INF = math.inf
+#: ``publish``'s default ``delay``: the publish of Part 1 is told apart by identity (two
+#: ``is`` tests); any other ``delay`` object, an equal 0.0 included, is checked.
+_NO_DELAY = 0.0
 
 # After a fork, a child must not touch its parent's connection (SQLite's
 # rule), nor close it (closing could checkpoint or unlock the parent's file):
@@ -244,7 +260,7 @@ def _upgrade(conn: sqlite3.Connection, path: str, version: int) -> None:
     """Bring a file of schema ``version`` up to ``SCHEMA_VERSION``, inside the
     caller's ``BEGIN IMMEDIATE`` transaction (an error rolls every step back:
     the file stays at ``version``, untouched).  Each step runs the statements
-    of ``sql/sqlite/migrations/NNNN_*.sql`` and then records version NNNN in
+    of ``migrations/NNNN_*.sql`` and then records version NNNN in
     ``PRAGMA user_version`` and ``lq_state``."""
     steps = dict(load_migrations("sqlite"))
     for target in range(version + 1, SCHEMA_VERSION + 1):
@@ -296,6 +312,11 @@ def _check_timeout(timeout: Any) -> Optional[float]:
 
 def _info(row: Tuple[Any, ...]) -> GroupInfo:
     group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, claimed_at, reason = row
+    if lock == 4:
+        # Scheduled (expiry applied: not due): nothing leased, its due time.
+        return GroupInfo(group_id, priority, messages, "paused" if paused else "scheduled", bool(paused), head_seq,
+                         None, None, None, None if claimed_at is None else float(claimed_at), None,
+                         float(expires_at))
     if lock == 1:
         state = "leased"
     elif lock == 2:
@@ -331,7 +352,7 @@ _MAIN_THREAD_SLICE = 0.05
 # ---------------------------------------------------------------- transport
 
 
-class SQLiteTransport:
+class SQLiteTransport(LaterOnce):
     """The transport contract in a SQLite database file, shared by processes.
 
     ``path``: the database file (created if missing; its directory must
@@ -356,6 +377,11 @@ class SQLiteTransport:
     ``busy_timeout``: seconds an operation waits for another connection's
     write lock before it raises ``LeaseQueueError`` (default 5).
 
+    ``dedup_window``: seconds (default 0) for which a publish's ``key`` stays
+    held after its message has left (SPEC Part 5, "Once").  The window is the
+    publishing transport's: a key is kept in the file until the publish's time
+    plus the window of the transport that stored it.
+
     Every method is atomic (one transaction) and thread-safe; the connection
     is used under one lock per transport.  After ``close()`` every call but
     ``close()`` and ``closed`` raises ``LeaseQueueError``.  A transport must
@@ -370,6 +396,7 @@ class SQLiteTransport:
         serializer: Any = None,
         durable: bool = False,
         busy_timeout: float = 5.0,
+        dedup_window: float = 0.0,
     ) -> None:
         if isinstance(path, os.PathLike):
             path = os.fspath(path)
@@ -379,6 +406,7 @@ class SQLiteTransport:
             raise ValueError(f"SQLiteTransport needs the path of a database file, not {path!r}")
         if not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        dedup_window = check_duration(dedup_window, "dedup_window")
         dumps, loads = _check_serializer(serializer)
         if type(durable) is not bool:
             raise TypeError(f"durable must be a bool, not {type(durable).__name__}")
@@ -391,6 +419,7 @@ class SQLiteTransport:
         self._loads = loads
         self._durable = durable
         self._busy_timeout = busy_timeout
+        self._dedup_window = dedup_window
         self._lock = threading.Lock()
         self._conn: Optional[sqlite3.Connection] = None
         self._cur: Any = None
@@ -449,9 +478,10 @@ class SQLiteTransport:
         return serialize(self._dumps, event)
 
     def _lease(self, row: Tuple[Any, ...], worker_id: str) -> Any:
-        """A Lease from a claim's row (after the lock: deserializing is user code)."""
-        _gid, group_id, seq, attempt, _priority, data, expires_at = row
-        return decoded_lease(self._loads, data, seq, group_id, worker_id, expires_at, attempt)
+        """A Lease from a claim's row (after the lock: deserializing is user
+        code), naming its delivery (the claim's number)."""
+        _gid, group_id, seq, attempt, _priority, data, expires_at, delivery = row
+        return decoded_lease(self._loads, data, seq, group_id, worker_id, expires_at, attempt, delivery)
 
     def _signal(self, priorities: Iterable[int]) -> List[Callable[[], None]]:
         return self._queue.signal(priorities)
@@ -470,16 +500,25 @@ class SQLiteTransport:
 
     # ------------------------------------------------------------ Part 1
 
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+    def publish(
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = _NO_DELAY, key: Optional[str] = None
+    ) -> int:
         """Append ``event`` to group ``group_id``; return its sequence number.
 
         The event is serialized (before the lock).  ``priority`` is taken
-        when the group is created and ignored otherwise.
+        when the group is created and ignored otherwise.  ``delay > 0``: the
+        message is scheduled, not delivered before ``now + delay`` (its group
+        waits behind it while it is the head).  ``key``: if the key is held in
+        the group (its message is stored, or was published less than
+        ``dedup_window`` ago), nothing is published and the holder's seq is
+        returned (SPEC Part 5, ``later.py``).
         """
         if type(group_id) is not str:
             group_id = check_id(group_id, "group_id")
         if type(priority) is not int or not INT64_MIN <= priority <= INT64_MAX:
             priority = check_priority(priority, "priority")
+        if delay is not _NO_DELAY or key is not None:
+            return self._publish_later_once(group_id, event, priority, delay, key)
         data = self._serialize(event)
         wakes: Any = ()
         with self._lock:
@@ -560,7 +599,7 @@ class SQLiteTransport:
         """
         if type(lease) not in _LEASE_TYPES:
             _check_lease(lease)
-        key = _lease_key(lease)
+        key = _fence(lease)
         wakes: Any = ()
         done = False
         with self._lock:
@@ -593,7 +632,7 @@ class SQLiteTransport:
         _check_lease(lease)
         delay = check_duration(delay, "delay")
         now = self._now() if delay > 0.0 else 0.0
-        key = _lease_key(lease)
+        key = _fence(lease)
         wakes: Any = ()
         with self._lock:
             cur = self._cursor()
@@ -630,7 +669,7 @@ class SQLiteTransport:
         _check_lease(lease)
         visibility = check_duration(visibility, "visibility")
         now = self._now()
-        key = _lease_key(lease)
+        key = _fence(lease)
         with self._lock:
             cur = self._cursor()
             done = False
@@ -651,10 +690,12 @@ class SQLiteTransport:
                 raise _lost(lease)
         if wakes:
             call_all(wakes)
-        return issue(lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt)
+        assert key is not None  # done
+        return issue(lease.seq, lease.group_id, lease.event, lease.worker_id, expires_at, lease.attempt, key[4])
 
     def stats(self) -> TransportStats:
-        """Counts now: messages, groups, live leases, parked messages, paused groups.
+        """Counts now: messages, groups, live leases, parked messages, paused
+        groups, buried groups, scheduled messages (not due yet).
 
         Applies expiry first (expired leases and parks count as neither).
         """
@@ -665,6 +706,7 @@ class SQLiteTransport:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 self._use_time(cur, now)
+                cur.execute(_Q["drop_due"])
                 counts = cur.execute(_Q["counts"]).fetchone()
                 if self._queue.waiters:
                     wakes = self._topup_in(cur)
@@ -748,7 +790,9 @@ class SQLiteTransport:
     ) -> List[Tuple[Any, ...]]:
         """Move the time to ``now`` (expiry), then up to ``count`` claims at it.
 
-        Each row: gid, group_id, seq, attempt, priority, serialized event, expires_at.
+        Each row: gid, group_id, seq, attempt, priority, serialized event,
+        expires_at, and the delivery's number (the claim's: the group's
+        round-robin key from now on).
         """
         if count == 1:
             # Find first, then one statement on lq_state: the time used, and (if
@@ -767,7 +811,7 @@ class SQLiteTransport:
             expires_at = now + visibility
             cur.execute(_Q["lease"], (gid, worker_id, expires_at, key, now))
             cur.execute(_Q["claimed"], (now,))
-            return [row[3:] + (expires_at,)]
+            return [row[3:] + (expires_at, key)]  # the delivery: the claim's number
         self._use_time(cur, now)
         if count == 0:
             return []
@@ -783,7 +827,7 @@ class SQLiteTransport:
         cur.executemany(
             _Q["lease"], [(row[0], worker_id, expires_at, first_key + i, now) for i, row in enumerate(found)]
         )
-        return [row + (expires_at,) for row in found]
+        return [row + (expires_at, first_key + i) for i, row in enumerate(found)]
 
     def _use_time(self, cur: Any, now: float) -> None:
         """Move the transport's time to ``now`` (never back) and apply expiry at it."""
@@ -879,6 +923,7 @@ class SQLiteTransport:
                 row = cur.execute(_Q["find_group"], (group_id,)).fetchone()
                 if row is not None:
                     removed = row[3]
+                    cur.execute(_Q["purge_due"], (row[0],))
                     cur.execute(_Q["purge_messages"], (row[0],))
                     cur.execute(_Q["forget_group"], (row[0],))
                     lock = row[2]
@@ -957,7 +1002,7 @@ class SQLiteTransport:
             if not isinstance(reason, str):
                 raise TypeError(f"reason must be a str, not {type(reason).__name__}")
             reason = str.__str__(reason)
-        key = _lease_key(lease)
+        key = _fence(lease)
         with self._lock:
             cur = self._cursor()
             done = False
@@ -1000,7 +1045,9 @@ class SQLiteTransport:
                     cur.execute(_Q["skip_count"], (gid,))
                     if row[2] == 3:
                         cur.execute(_Q["count_buried"], (-1,))
+                    cur.execute(_Q["skip_due"], (row[4],))
                     cur.execute(_Q["skip"], (gid,))
+                    cur.execute(_Q["schedule_head"], (group_id,))  # the new head may be scheduled
                     removed = True
                 if self._queue.waiters:
                     # The exposed head, and whatever the expiry freed (topup: only
@@ -1016,8 +1063,9 @@ class SQLiteTransport:
 
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The group's oldest ``max_count`` messages, head first, whatever their
-        state, as ``Message(seq, event, attempt)`` (``attempt``: deliveries so
-        far; the event an equal copy).  ``[]`` for an unknown group.  Changes
+        state, as ``Message(seq, event, attempt, due_at, key)`` (``attempt``:
+        deliveries so far; the event an equal copy; ``due_at``: the due time
+        it was published with, or None; ``key``: its key, or None).  ``[]`` for an unknown group.  Changes
         nothing; O(log G + max_count).  Events are deserialized after the
         lock; one that cannot be raises ``EventDecodeError``.
         """
@@ -1034,7 +1082,10 @@ class SQLiteTransport:
                 rows = cur.execute(_Q["peek"], (group_id, min(max_count, INT64_MAX))).fetchall()
             except BaseException as exc:
                 self._abort(exc)
-        return [Message(seq, self._decoded(data, seq, group_id), attempt) for seq, data, attempt in rows]
+        return [
+            Message(seq, self._decoded(data, seq, group_id), attempt, None if due is None else float(due), key)
+            for seq, data, attempt, due, key in rows
+        ]
 
     def _decoded(self, data: Any, seq: int, group_id: str) -> Any:
         """A peeked message's event (after the lock: deserializing is user code)."""
@@ -1049,19 +1100,26 @@ class SQLiteTransport:
 
     # ------------------------------------------------------------ Part 2: batches
 
-    def publish_many(self, items: Iterable[Any]) -> List[int]:
-        """Publish ``(group_id, event)`` or ``(group_id, event, priority)`` items
-        in one transaction; returns their seqs (consecutive, in item order).
+    def publish_many(self, items: Iterable[Any], *, delay: float = 0.0) -> List[int]:
+        """Publish ``(group_id, event[, priority[, key]])`` items in one
+        transaction; returns their seqs (the new messages' consecutive, in
+        item order; an item whose key is held, or repeats an earlier item's
+        key in its group, gets the holder's seq and publishes nothing).
+        ``delay``: as ``publish``'s, for every item.
 
-        Every item is validated and serialized first: one bad item raises and
-        nothing is published.
+        Every item is validated, then ``delay``, then every event serialized:
+        one bad item raises and nothing is published.
         """
-        checked = [_check_item(item) for item in list(items)]
-        rows = [(group_id, priority, self._serialize(event)) for group_id, event, priority in checked]
+        checked = [check_keyed_item(item) for item in list(items)]
+        if type(delay) is not float or delay:
+            delay = check_duration(delay, "delay")
+        rows = [(group_id, priority, self._serialize(event), key) for group_id, event, priority, key in checked]
         if not rows:
             if self._cur is None:
                 raise self._unusable()
             return []
+        if delay > 0.0 or any(row[3] is not None for row in rows):
+            return self._publish_many_later_once(rows, delay)
         wakes: Any = ()
         with self._lock:
             cur = self._cursor()
@@ -1075,7 +1133,7 @@ class SQLiteTransport:
                 base = last - len(rows)
                 cur.execute(_Q["batch_groups"], (base,))
                 cur.execute(_Q["batch_heads"], (base,))
-                cur.execute(_Q["batch_messages"], (base,))
+                cur.execute(_Q["batch_messages"], (base, None))
                 cur.execute(_Q["batch_clear"])
                 if self._queue.waiters:
                     claimable = []
@@ -1146,7 +1204,7 @@ class SQLiteTransport:
                 ack = _Q["ack"]
                 waiting = bool(self._queue.waiters)
                 for lease in leases:
-                    key = _lease_key(lease)
+                    key = _fence(lease)
                     if key is None or cur.execute(ack, key).rowcount != 1:
                         lost.append(lease)
                     elif waiting:
@@ -1177,7 +1235,7 @@ class SQLiteTransport:
         if type(min_priority) is not int or not INT64_MIN <= min_priority <= INT64_MAX:
             min_priority = check_priority(min_priority, "min_priority")
         now = self._now()
-        key = _lease_key(lease)
+        key = _fence(lease)
         rows: List[Tuple[Any, ...]]
         wakes: Any = ()
         with self._lock:
@@ -1230,7 +1288,7 @@ class SQLiteTransport:
                 if not queue.attempted(waiter, row):
                     # The caller was cancelled while this ran: undo the claim.
                     assert row is not None
-                    key = (row[1], row[3], row[2], worker_id)
+                    key = (row[1], row[3], row[2], worker_id, row[7])
                     cur.execute(_Q["unclaim_count"], key)
                     cur.execute(_Q["unclaim"], key)
                     wakes += self._signal_if_ready(cur, row[1])
@@ -1257,7 +1315,7 @@ class SQLiteTransport:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 for row in rows:
-                    key = (row[1], row[3], row[2], worker_id)
+                    key = (row[1], row[3], row[2], worker_id, row[7])
                     cur.execute(_Q["unclaim_count"], key)
                     if cur.execute(_Q["unclaim"], key).rowcount == 1:
                         wakes += self._signal_if_ready(cur, row[1])
@@ -1441,12 +1499,19 @@ class SQLiteTransport:
 
     def _expire_due(self, next_expiry: float) -> float:
         """Apply expiry if the earliest lock end is due by the clock, and wake
-        a waiting claim if that made work claimable.  Returns the clock's reading."""
+        a waiting claim if that made work claimable.  Returns the clock's reading.
+
+        Only while a claim waits: the watcher's last round may run after the
+        last waiting claim left, and its clock reading must not then move the
+        transport's time (an operation that reads no clock, an ack, uses that
+        time to tell whether the next head is scheduled)."""
         now = self._now()
         if not now > next_expiry:
             return now
         wakes: Any = ()
         with self._lock:
+            if not self._queue.waiters:
+                return now
             cur = self._cursor()
             try:
                 cur.execute("BEGIN IMMEDIATE")

@@ -28,7 +28,10 @@ The rules (SPEC Part 2, "Waiting for work"), and how they are kept here:
   ``PRAGMA data_version`` -- which changes only when *another* connection
   commits -- with a backoff from 0.2 ms to ``POLL_CAP`` seconds (3 ms), and tops
   up on a change; it also applies expiry when the earliest lock end is due by
-  the transport's clock, which wakes claims for the freed groups.
+  the transport's clock, which wakes claims for the freed groups.  A lock end
+  is a lease's or a park's end, or the due time of a scheduled head (SPEC
+  Part 5, "Later": lock 4 in ``lq_groups``, ``later.py``), so a head becoming
+  due wakes waiting claims the same way, in this process and in others.
 
 Everything here that holds ``WaitQueue._lock`` runs no user code and no I/O.
 """

@@ -1,6 +1,6 @@
 """Kernel notification of writes to a SQLite database's WAL file: how a
 waiting ``SQLiteTransport`` learns of another process's commit without
-polling (its watcher, ``_sqlite_waiting.Watcher``, is the only user).
+polling (its watcher, ``waiting.Watcher``, is the only user).
 
 In WAL mode every commit appends frames to ``<database>-wal`` with
 ``write()`` (a checkpoint that resets the WAL rewrites it from its start; a
