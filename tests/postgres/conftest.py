@@ -3,7 +3,9 @@
 ``LEASEQUEUE_TEST_POSTGRES`` (a conninfo) points the tests at a running
 server; without it the session starts a throwaway one (initdb into a
 temporary directory, a Unix socket there and a free loopback port) and stops
-it at the end, also when tests fail.  A test that needs the server *fails*
+it at the end, also when tests fail: ``session_server`` of
+``leasequeue.testing._postgres_server``, the one server of this process,
+shared with the worker's tests (``tests/worker/conftest.py``).  A test that needs the server *fails*
 when none can be had; only ``LEASEQUEUE_SKIP_POSTGRES=1`` skips them, on
 purpose.  Every test works in queues of its own (``queue_name``), so tests
 run in any order.
@@ -17,7 +19,9 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
-SKIP = os.environ.get("LEASEQUEUE_SKIP_POSTGRES") == "1"
+from leasequeue.testing._postgres_server import TEST_ENV, SessionServer, session_server, skipped_on_purpose
+
+SKIP = skipped_on_purpose()
 
 if SKIP:
     # Not even collected: these modules import psycopg, which a machine
@@ -28,53 +32,18 @@ if SKIP:
 def pytest_report_header(config: Any) -> str:
     if SKIP:
         return "PostgreSQL tests: skipped on purpose (LEASEQUEUE_SKIP_POSTGRES=1)"
-    where = os.environ.get("LEASEQUEUE_TEST_POSTGRES") or "a throwaway server started by the session"
+    where = os.environ.get(TEST_ENV) or "a throwaway server started by the session"
     return f"PostgreSQL tests: against {where}"
 
 
-class Server:
-    """The session's server: its conninfo, and (when we started it) control."""
-
-    def __init__(self, conninfo: str, owned: Any) -> None:
-        self.conninfo = conninfo
-        self.owned = owned  # a ThrowawayServer, or None for LEASEQUEUE_TEST_POSTGRES
-
-
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[Server]:
-    if SKIP:
-        pytest.skip("LEASEQUEUE_SKIP_POSTGRES=1: PostgreSQL tests skipped on purpose")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError as exc:
-        pytest.fail(f"psycopg is not installed (pip install '.[test]'): {exc}")
-    from leasequeue import PostgresTransport
-    from leasequeue.testing._postgres_server import ThrowawayServer
-
-    conninfo = os.environ.get("LEASEQUEUE_TEST_POSTGRES")
-    owned: Optional[ThrowawayServer] = None
-    if not conninfo:
-        try:
-            # fsync=off: a commit still reaches the kernel before it returns,
-            # so the crash tests (SIGKILL, pg_ctl restart -m immediate) lose
-            # nothing; each commit just does not wait for the disk (5 ms ->
-            # 0.5 ms a commit on the CI machine).
-            owned = ThrowawayServer(fsync=False)
-            conninfo = owned.start()
-        except Exception as exc:
-            if owned is not None:
-                owned.stop()
-            pytest.fail(f"no PostgreSQL server could be started (set LEASEQUEUE_TEST_POSTGRES?): {exc}")
-    try:
-        PostgresTransport.install(conninfo)
-        yield Server(conninfo, owned)
-    finally:
-        if owned is not None:
-            owned.stop()
+def pg_server() -> Iterator[SessionServer]:
+    with session_server() as server:
+        yield server
 
 
 @pytest.fixture
-def own_server(pg_server: Server) -> Server:
+def own_server(pg_server: SessionServer) -> SessionServer:
     """A server this session controls (restart), for the crash tests."""
     if pg_server.owned is None:
         pytest.fail("this test restarts the server: run it with a throwaway server (unset LEASEQUEUE_TEST_POSTGRES)")
@@ -82,7 +51,7 @@ def own_server(pg_server: Server) -> Server:
 
 
 @pytest.fixture(scope="session")
-def conninfo(pg_server: Server) -> str:
+def conninfo(pg_server: SessionServer) -> str:
     return pg_server.conninfo
 
 

@@ -8,6 +8,8 @@ or adapted through the kit's flags, as for SQLite: events are stored
 serialized (``preserves_identity=False``), ``close()`` closes the
 connections (``usable_after_close=False``), and a lease is named by its
 fields, so one rebuilt from them is current (``accepts_rebuilt_leases=True``).
+Part 5 is on (``supports_later``, ``supports_once``, ``supports_release``),
+and both checks build transports with the run's ``dedup_window``.
 The differential runs once more through several instances on one queue, so
 that a lease issued by one instance is used on another.
 
@@ -41,13 +43,16 @@ class TestPostgresTransport(TransportContract):
     usable_after_close = False
     accepts_rebuilt_leases = True
     supports_quarantine = True  # Part 4: bury, skip, peek
+    supports_later = True  # Part 5: publish(delay=), scheduled heads
+    supports_once = True  # Part 5: keys, dedup_window
+    supports_release = True  # Part 5: release, retry, fencing by delivery
 
     @pytest.fixture(autouse=True)
     def _server(self, conninfo: str) -> None:
         self.conninfo = conninfo
 
-    def make_transport(self, clock: Callable[[], float]) -> PostgresTransport:
-        return PostgresTransport(self.conninfo, queue=fresh_queue(), clock=clock)
+    def make_transport(self, clock: Callable[[], float], *, dedup_window: float = 0.0) -> PostgresTransport:
+        return PostgresTransport(self.conninfo, queue=fresh_queue(), clock=clock, dedup_window=dedup_window)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -57,8 +62,8 @@ def test_differential_against_the_reference(conninfo: str, seed: int) -> None:
     on the reference give the same answers and the same errors."""
     made: List[PostgresTransport] = []
 
-    def make(clock: ManualClock) -> PostgresTransport:
-        transport = PostgresTransport(conninfo, queue=fresh_queue(), clock=clock)
+    def make(clock: ManualClock, dedup_window: float = 0.0) -> PostgresTransport:
+        transport = PostgresTransport(conninfo, queue=fresh_queue(), clock=clock, dedup_window=dedup_window)
         made.append(transport)
         return transport
 
@@ -77,9 +82,10 @@ def test_instances_on_one_queue_are_one_transport(conninfo: str, seed: int) -> N
     state is in the database."""
     made: List[ManyInstances] = []
 
-    def make(clock: ManualClock) -> ManyInstances:
+    def make(clock: ManualClock, dedup_window: float = 0.0) -> ManyInstances:
         queue = fresh_queue()
-        transport = ManyInstances(lambda: PostgresTransport(conninfo, queue=queue, clock=clock), seed=len(made))
+        transport = ManyInstances(
+            lambda: PostgresTransport(conninfo, queue=queue, clock=clock, dedup_window=dedup_window), seed=len(made))
         made.append(transport)
         return transport
 

@@ -1,5 +1,6 @@
-"""The claim's statements are index scans at 100k groups (SPEC Part 3:
-"Claims are O(log G) through indexes at any table size"), seen through
+"""The claim's statements are index scans at 100k groups (the contract,
+docs/contract.md, Part 3: "Claims are O(log G) through indexes at any table
+size"), seen through
 ``auto_explain`` inside the server-side claim function."""
 
 from __future__ import annotations

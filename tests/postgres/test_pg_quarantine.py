@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -166,8 +167,9 @@ def test_peek_beyond_the_64_bit_range_and_closed(make_pg: Any) -> None:
 
 
 def test_bury_skip_peek_use_indexes_at_100k_groups(conninfo: str, make_pg: Any) -> None:
-    """The statements of bury, skip and peek (inside the server-side
-    functions, seen through auto_explain) are index scans, never sequential
+    """The statements of bury, skip and peek, and of version 4's retry and
+    keyed publish (inside the server-side functions, seen through
+    auto_explain) are index scans, never sequential
     scans of the groups or messages, with 100k groups queued: O(log G)."""
     t = make_pg()
     q = t._queue
@@ -192,8 +194,12 @@ def test_bury_skip_peek_use_indexes_at_100k_groups(conninfo: str, make_pg: Any) 
         from leasequeue._backends.postgres.transport import _Q
 
         calls = [
-            ("bury", _Q["bury"], (q, lease.group_id, lease.seq, lease.attempt, lease.worker_id, "why"), True),
+            ("bury", _Q["bury"], (q, lease.group_id, lease.seq, lease.attempt, lease.worker_id, lease._delivery,
+                                  "why"), True),
             ("peek", _Q["peek"], (5, q, lease.group_id), None),
+            ("retry", _Q["retry"], (q, lease.group_id, None), True),  # version 4: lifts the bury
+            ("publish-keyed", _Q["publish_ext"],  # queue, seq, group, payload (1), priority, delay, key, window, now
+             (q, t._seq_oid, lease.group_id, pickle.dumps(1), 0, 0.0, "k", 0.0, None, True), None),
             ("skip", _Q["skip"], (q, lease.group_id, None), True),
             ("skip-unknown", _Q["skip"], (q, "nobody", None), False),
         ]
@@ -207,7 +213,7 @@ def test_bury_skip_peek_use_indexes_at_100k_groups(conninfo: str, make_pg: Any) 
             for line in text.splitlines():
                 if "Seq Scan" in line:
                     assert "groups" not in line and "messages" not in line, f"{name}: sequential scan\n{text}"
-    assert [m.seq for m in t.peek(lease.group_id, 3)] == [lease.seq + 100000 * k for k in (1,)]
+    assert [(m.seq, m.key) for m in t.peek(lease.group_id, 3)] == [(lease.seq + 100000, None), (200001, "k")]
 
 
 def test_skip_on_the_server_clock(pg: Any) -> None:

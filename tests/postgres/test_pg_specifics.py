@@ -73,9 +73,11 @@ def test_a_lease_whose_fields_name_nothing_is_lost(pg: Any, impl: Any, change: d
 def test_a_lease_of_another_queue_is_named_by_its_fields(make_pg: Any) -> None:
     """Seqs are numbered per queue (1, 2, 3, ... as Part 1 says of every
     transport), so a lease of another queue is refused when its fields name
-    no open delivery here, and -- the price of naming deliveries by their
-    fields, as SQLite's leases of another file (docs/decisions.md, "Part 3")
-    -- accepted when they do."""
+    no open delivery here.  One whose fields do name one is refused too: it
+    carries its delivery's number (a claim number of the database, unique
+    across its queues; docs/decisions.md, "Fencing by delivery"); only a
+    lease rebuilt by hand from those fields is accepted -- the price of
+    naming deliveries by their fields (decisions.md, "Part 3")."""
     a, b = make_pg(), make_pg()
     a.publish("g", "a")
     b.publish("g", "b")
@@ -101,10 +103,17 @@ def test_a_lease_of_another_queue_is_named_by_its_fields(make_pg: Any) -> None:
     same_fields = twin.claim("w", 30)
     assert (same_fields.seq, same_fields.group_id, same_fields.worker_id, same_fields.attempt) == (
         la.seq, la.group_id, la.worker_id, la.attempt)
-    a.ack(same_fields)  # indistinguishable from la rebuilt by hand: accepted
+    with pytest.raises(LeaseLost):
+        a.ack(same_fields)  # twin's delivery, not a's: its number says so
+    assert a.stats().leased == 1
+    rebuilt = type(same_fields)(same_fields.seq, same_fields.group_id, None, same_fields.worker_id, 0.0,
+                                same_fields.attempt)
+    a.ack(rebuilt)  # indistinguishable from la rebuilt by hand: accepted
     with pytest.raises(LeaseLost):
         a.ack(la)
     assert len(a) == 0 and len(twin) == 1
+    twin.ack(same_fields)
+    assert len(twin) == 0
 
 
 # -- events ---------------------------------------------------------------------------------

@@ -1,16 +1,18 @@
-"""SPEC Part 4, "Upgrades keep data", on PostgreSQL: a schema written by a
-previous release (leasequeue 0.3, schema version 1; leasequeue 0.4, schema
-version 2) is upgraded in place by ``install()``, in one transaction, with
-every message, lease, park, pause, bury and counter kept; a schema of a
-newer release is refused and left untouched.
+"""The contract's Part 4 (docs/contract.md), "Upgrades keep data", on
+PostgreSQL: a schema written by a previous release (leasequeue 0.3, schema
+version 1; 0.4, schema version 2; 0.5, schema version 3) is upgraded in
+place by ``install()``, in one transaction, with every message, lease, park,
+pause, bury and counter kept; a schema of a newer release is refused and
+left untouched.  On the upgraded schema, Part 5 (version 4) works on the old
+data.
 
 Each store is ``tests/fixtures/postgres-schemaN.sql``, a ``pg_dump`` (plain
 SQL) of a database the old code itself filled
 (``tests/fixtures/make_upgrade_fixtures.py``, run against commit d13ce49 for
-0.3 and 9e92f20 for 0.4), restored into a fresh database of the suite's
-server; ``postgres-schemaN.json`` holds what the old code reported on it and
-the claims it gave next.  Every test that starts from an old store runs on
-each of them.
+0.3, 9e92f20 for 0.4 and 1d46d15 for 0.5), restored into a fresh database of
+the suite's server; ``postgres-schemaN.json`` holds what the old code
+reported on it and the claims it gave next.  Every test that starts from an
+old store runs on each of them.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from leasequeue.testing import ManualClock
 from fixtures.make_upgrade_fixtures import INT64_MIN, STOP, continue_after, report, restore_dump
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
-#: The old releases' schema versions with a fixture: 0.3 (1) and 0.4 (2).
-OLD_VERSIONS = (1, 2)
+#: The old releases' schema versions with a fixture: 0.3 (1), 0.4 (2) and 0.5 (3).
+OLD_VERSIONS = (1, 2, 3)
 DUMPS: Dict[int, str] = {}
 RECORDS: Dict[int, Dict[str, Any]] = {}
 for _version in OLD_VERSIONS:
@@ -116,7 +118,7 @@ def test_the_dump_is_of_the_previous_schema(old_database: str, old_version: int,
     use it before install() upgraded it (a clear error, nothing changed)."""
     assert version_of(old_database) == str(old_version)
     assert record["made_by"].endswith(f"PostgreSQL schema version {old_version}")
-    assert _postgres.SCHEMA_VERSION == 3
+    assert _postgres.SCHEMA_VERSION == 4
     before = fingerprint(old_database)
     with pytest.raises(LeaseQueueError, match=f"version {old_version}, older than this leasequeue's .*run leasequeue"):
         PostgresTransport(old_database, queue=QUEUE)
@@ -137,6 +139,7 @@ def test_install_upgrades_a_dump_of_the_previous_release(old_database: str, reco
         assert report(t) == record["at_stop"]
         stats = t.stats()
         assert stats.buried == len(buried) and tuple(stats[:5]) == tuple(record["at_stop"]["stats"])
+        assert stats.scheduled == 0 and all(info.due_at is None for info in t.groups())
         assert {info.group_id: info.reason for info in t.groups() if info.reason is not None} == {
             group_id: "poison pill" for group_id in buried}
         assert continue_after(t, clock, leasequeue.Lease, record["live_lease"]) == record["continued"]
@@ -151,8 +154,8 @@ def test_the_new_operations_work_on_an_upgraded_schema(old_database: str, record
     buried_before = sum(1 for g in record["at_stop"]["groups"] if g[3] == "buried")
     clock = ManualClock(STOP)
     with PostgresTransport(old_database, queue=QUEUE, clock=clock) as t:
-        assert [tuple(m) for m in t.peek("order-1", 5)] == [
-            (2, {"step": "a1"}, 1), (4, {"step": "a2"}, 0), (9, {"step": "a3"}, 0)]
+        assert [tuple(m) for m in t.peek("order-1", 5)] == [  # no due time, no key
+            (2, {"step": "a1"}, 1, None, None), (4, {"step": "a2"}, 0, None, None), (9, {"step": "a3"}, 0, None, None)]
         lease = leasequeue.Lease(live["seq"], live["group_id"], live["event"], live["worker_id"],
                                  live["expires_at"], live["attempt"])
         t.bury(lease, "poison")
@@ -188,6 +191,52 @@ def test_ack_and_claim_works_on_an_upgraded_schema(old_database: str, record: Di
         with pytest.raises(LeaseLost):
             t.ack_and_claim(lease, "drain", 30.0, INT64_MIN)
         assert (t.stats(), t.groups()) == before
+
+
+def test_part5_works_on_an_upgraded_schema(old_database: str, record: Dict[str, Any]) -> None:
+    """What version 4 added, on an old store: the old live lease, rebuilt by
+    hand (matched by its fields), is released, so its message's attempt
+    count goes back to 0; a new delivery of it, released too, is fenced from
+    the next one though both carry attempt 1; retry lifts the old bury; a
+    delayed publish schedules a new group (stats().scheduled, due_at) until
+    its due, and a keyed publish into an old group is held by the key."""
+    PostgresTransport.install(old_database)
+    live = record["live_lease"]
+    buried = [g[0] for g in record["at_stop"]["groups"] if g[3] == "buried"]
+    clock = ManualClock(STOP)
+    with PostgresTransport(old_database, queue=QUEUE, clock=clock, dedup_window=60.0) as t:
+        old = leasequeue.Lease(live["seq"], live["group_id"], live["event"], live["worker_id"],
+                               live["expires_at"], live["attempt"])
+        t.release(old)
+        assert (t.peek("order-1")[0].attempt, t.group("order-1").state) == (0, "ready")
+        for group_id in [g[0] for g in record["at_stop"]["groups"]]:
+            if group_id != "order-1":
+                t.pause(group_id)
+        first = t.claim("w-live", 30.0, INT64_MIN)
+        assert (first.group_id, first.seq, first.attempt) == ("order-1", 2, 1)
+        t.release(first)
+        second = t.claim("w-live", 30.0, INT64_MIN)
+        assert (second.group_id, second.seq, second.attempt, second.worker_id) == ("order-1", 2, 1, "w-live")
+        with pytest.raises(LeaseLost):
+            t.ack(first)  # same fields, a closed delivery
+        t.ack(second)
+        t.pause("order-1")  # every old group is paused now
+        for group_id in buried:
+            assert t.retry(group_id) is True
+            info = t.group(group_id)
+            assert (info.state, info.reason, t.peek(group_id)[0].attempt) == ("paused", None, 0)
+        assert t.stats().buried == 0
+        seq = t.publish("later", {"step": "s1"}, delay=10.0)
+        assert seq == record["continued"]["published_seq"]  # the old sequence goes on (the first publish since)
+        info = t.group("later")
+        assert (info.state, info.due_at, t.stats().scheduled) == ("scheduled", STOP + 10.0, 1)
+        assert t.claim("w", 30.0, INT64_MIN) is None
+        keyed = t.publish("order-2", {"step": "k"}, key="once")
+        messages = len(t)
+        assert t.publish("order-2", {"step": "k again"}, key="once") == keyed and len(t) == messages
+        clock.set(STOP + 10.5)
+        got = t.claim("w", 30.0, INT64_MIN)
+        assert (got.group_id, got.seq, t.stats().scheduled) == ("later", seq, 0)
 
 
 def test_an_upgraded_schema_is_the_schema_of_a_new_install(old_database: str, new_database: Any) -> None:

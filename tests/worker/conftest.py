@@ -1,51 +1,32 @@
 """Fixtures of the worker's tests: every transport, with the real clock.
 
 ``backend`` runs a test on both in-memory twins, a real SQLite file and the
-suite's PostgreSQL.  The PostgreSQL server is the one ``LEASEQUEUE_TEST_POSTGRES``
-names, else a throwaway one started once per session here (as
-``tests/postgres/conftest.py`` does; its fixtures are not visible from this
-folder).  ``LEASEQUEUE_SKIP_POSTGRES=1`` skips the PostgreSQL variants on purpose.
+suite's PostgreSQL: the one server of this test process
+(``leasequeue.testing._postgres_server.session_server``, shared with
+``tests/postgres``): ``LEASEQUEUE_TEST_POSTGRES``'s, else a throwaway one.
+``LEASEQUEUE_SKIP_POSTGRES=1`` skips the PostgreSQL variants on purpose
+(psycopg is then not imported at all).
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
+from leasequeue.testing._postgres_server import session_server
 from worker_helpers import Running, load_implementation
 
-SKIP_PG = os.environ.get("LEASEQUEUE_SKIP_POSTGRES") == "1"
 BACKENDS = ("python", "cython", "sqlite", "postgres")
 INMEMORY = ("python", "cython")
 
 
 @pytest.fixture(scope="session")
 def worker_pg_conninfo() -> Iterator[str]:
-    if SKIP_PG:
-        pytest.skip("LEASEQUEUE_SKIP_POSTGRES=1: PostgreSQL tests skipped on purpose")
-    from leasequeue import PostgresTransport
-    from leasequeue.bench.worker import ThrowawayServer  # wherever the tree keeps it
-
-    conninfo = os.environ.get("LEASEQUEUE_TEST_POSTGRES")
-    owned: Optional[ThrowawayServer] = None
-    if not conninfo:
-        try:
-            owned = ThrowawayServer(fsync=False)
-            conninfo = owned.start()
-        except Exception as exc:
-            if owned is not None:
-                owned.stop()
-            pytest.fail(f"no PostgreSQL server could be started (set LEASEQUEUE_TEST_POSTGRES?): {exc}")
-    try:
-        PostgresTransport.install(conninfo)
-        yield conninfo
-    finally:
-        if owned is not None:
-            owned.stop()
+    with session_server() as server:
+        yield server.conninfo
 
 
 class Backend:
@@ -77,10 +58,11 @@ class Backend:
 
             t = SQLiteTransport(self.path)
         else:
+            if self.conninfo is None:
+                # First: it skips (LEASEQUEUE_SKIP_POSTGRES=1) before psycopg is imported.
+                self.conninfo = self._request.getfixturevalue("worker_pg_conninfo")
             from leasequeue import PostgresTransport
 
-            if self.conninfo is None:
-                self.conninfo = self._request.getfixturevalue("worker_pg_conninfo")
             t = PostgresTransport(self.conninfo, queue=self.queue)
         self.made.append(t)
         return t

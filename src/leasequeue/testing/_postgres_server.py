@@ -16,6 +16,12 @@ stays on), so a crashed or killed server process (``-m immediate``,
 ``SIGKILL``) loses nothing; only an operating-system crash could.  The
 benchmarks keep the default, ``fsync=on``.
 
+``session_server()`` is the one server of a test session, for the pytest
+fixtures of every test folder that needs PostgreSQL (``tests/postgres``,
+``tests/worker``): the one ``LEASEQUEUE_TEST_POSTGRES`` names, else a
+throwaway one started on first use in this process and stopped when its
+last user leaves, so each pytest-xdist worker (a process) has its own.
+
 Run as a module it starts a server and prints its conninfo, for ``.ci/run``::
 
     python -m leasequeue.testing._postgres_server start DIR   # prints the conninfo
@@ -24,6 +30,7 @@ Run as a module it starts a server and prints its conninfo, for ``.ci/run``::
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -31,9 +38,16 @@ import socket
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional
+import threading
+from typing import Dict, Iterator, List, Optional
 
-__all__ = ["ThrowawayServer", "find_bin"]
+__all__ = ["SKIP_ENV", "TEST_ENV", "SessionServer", "ThrowawayServer", "find_bin", "session_server",
+           "skipped_on_purpose"]
+
+#: ``1``: the PostgreSQL tests are skipped on purpose (a machine without PostgreSQL).
+SKIP_ENV = "LEASEQUEUE_SKIP_POSTGRES"
+#: A conninfo: the tests use that running server instead of a throwaway one.
+TEST_ENV = "LEASEQUEUE_TEST_POSTGRES"
 
 
 def find_bin(name: str) -> Optional[str]:
@@ -160,6 +174,91 @@ class ThrowawayServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def skipped_on_purpose() -> bool:
+    """True when ``LEASEQUEUE_SKIP_POSTGRES=1`` asks to skip the PostgreSQL tests."""
+    return os.environ.get(SKIP_ENV) == "1"
+
+
+class SessionServer:
+    """The test session's server: its conninfo, and (when this process
+    started it) the ``ThrowawayServer`` that controls it (``owned``; None
+    for ``LEASEQUEUE_TEST_POSTGRES``)."""
+
+    def __init__(self, conninfo: str, owned: Optional[ThrowawayServer]) -> None:
+        self.conninfo = conninfo
+        self.owned = owned
+
+
+_shared_lock = threading.Lock()
+_shared: Optional[SessionServer] = None
+_shared_users = 0
+
+
+@contextlib.contextmanager
+def session_server() -> Iterator[SessionServer]:
+    """The server of this test process, with the leasequeue schema installed,
+    for a session-scoped pytest fixture (``with session_server() as server:
+    yield ...``).
+
+    ``LEASEQUEUE_SKIP_POSTGRES=1`` skips the test that asks for it
+    (``pytest.skip``): the only way to do without PostgreSQL.  Otherwise a
+    missing psycopg or a server that cannot be started *fails* it.  The
+    server is ``LEASEQUEUE_TEST_POSTGRES``'s, else a throwaway one (``fsync=off``:
+    a commit still reaches the kernel before it returns, so the crash tests
+    -- SIGKILL, ``pg_ctl restart -m immediate`` -- lose nothing; it just
+    does not wait for the disk) started by the first user in this process
+    and stopped when the last one leaves: every fixture built on this shares
+    one server per process, and each pytest-xdist worker has its own.
+    """
+    import pytest
+
+    global _shared, _shared_users
+    if skipped_on_purpose():
+        pytest.skip(f"{SKIP_ENV}=1: PostgreSQL tests skipped on purpose")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"psycopg is not installed (pip install '.[test]', or set {SKIP_ENV}=1): {exc}")
+    with _shared_lock:
+        if _shared is None:
+            _shared = _start_session_server()
+        _shared_users += 1
+        server = _shared
+    try:
+        yield server
+    finally:
+        with _shared_lock:
+            _shared_users -= 1
+            if _shared_users == 0:
+                _shared = None
+                if server.owned is not None:
+                    server.owned.stop()
+
+
+def _start_session_server() -> SessionServer:
+    import pytest
+
+    from leasequeue import PostgresTransport
+
+    conninfo = os.environ.get(TEST_ENV)
+    owned: Optional[ThrowawayServer] = None
+    if not conninfo:
+        try:
+            owned = ThrowawayServer(fsync=False)
+            conninfo = owned.start()
+        except Exception as exc:
+            if owned is not None:
+                owned.stop()
+            pytest.fail(f"no PostgreSQL server could be started (set {TEST_ENV}?): {exc}")
+    try:
+        PostgresTransport.install(conninfo)
+    except BaseException:
+        if owned is not None:
+            owned.stop()
+        raise
+    return SessionServer(conninfo, owned)
 
 
 def _login() -> str:

@@ -1,4 +1,4 @@
--- leasequeue schema for PostgreSQL, version 3.
+-- leasequeue schema for PostgreSQL, version 4.
 --
 -- Idempotent: PostgresTransport.install(conninfo) runs this whole file in one
 -- transaction (under an advisory lock, so concurrent installs do not race).
@@ -12,9 +12,10 @@
 -- Every object lives in the schema "leasequeue"; several named queues share
 -- the tables, each row carrying its queue's id.
 --
--- The model is the in-memory transport's (see _inmemory_py.py): only a
--- group's head (oldest) message can be leased or parked, so the lock state,
--- the attempt count and the round-robin key live on the group's row.  A
+-- The model is the in-memory transport's (see _backends/inmemory/transport_py.py):
+-- only a group's head (oldest) message can be leased, parked or scheduled, so
+-- the lock state, the attempt count and the round-robin key live on the
+-- group's row.  A
 -- group row exists while the group holds messages, or while it is paused.
 --
 -- Concurrency (READ COMMITTED, every function one transaction):
@@ -41,7 +42,9 @@ CREATE TABLE IF NOT EXISTS leasequeue.queues (
 );
 
 -- Round-robin key of claimed groups: the claim order.  One sequence for all
--- queues (gaps do not change the order).
+-- queues (gaps do not change the order).  A claim's number also names its
+-- delivery (version 4, "fencing by delivery"): while a group's delivery is
+-- open, its rr_key is that delivery's number, and an issued lease carries it.
 CREATE SEQUENCE IF NOT EXISTS leasequeue.claims;
 
 -- Creation order of groups (groups() lists them in it, decisions.md).
@@ -54,9 +57,9 @@ CREATE TABLE IF NOT EXISTS leasequeue.groups (
     rr_key          bigint,            -- first seq - 2^62 if never claimed, else claim number; NULL: paused, never held a message
     has_messages    boolean NOT NULL DEFAULT true,
     paused          boolean NOT NULL DEFAULT false,
-    lock_state      smallint NOT NULL DEFAULT 0,  -- 0 free, 1 leased, 2 parked, 3 buried (no end)
+    lock_state      smallint NOT NULL DEFAULT 0,  -- 0 free, 1 leased, 2 parked, 3 buried (no end), 4 scheduled
     lock_worker     text,              -- the holder, '__parked__' for a park, the buried delivery's worker
-    expires_at      double precision,  -- end of the lease or park ('Infinity': never)
+    expires_at      double precision,  -- end of the lease or park, or the scheduled head's due ('Infinity': never)
     attempt         bigint NOT NULL DEFAULT 0,    -- deliveries of the head message so far
     open            boolean NOT NULL DEFAULT false, -- the head's latest delivery is current
     lease_seq       bigint,            -- the delivery's message (the head)
@@ -112,8 +115,37 @@ CREATE TABLE IF NOT EXISTS leasequeue.messages (
     group_id text NOT NULL,
     seq      bigint NOT NULL,
     payload  bytea NOT NULL,
+    -- Version 4 (last, as migration 0004 adds them): the due time of a
+    -- publish with a delay (NULL: none), and the idempotency key (NULL: none).
+    due_at   double precision,
+    key      text,
     PRIMARY KEY (queue, group_id, seq)
 );
+
+-- Version 4.  A scheduled head is a lock of its group (lock_state 4,
+-- expires_at = its due): the expiry machinery frees it once due, and
+-- waiting claims sleep until the earliest lock end, so it needs no index of
+-- its own.  stats().scheduled counts the messages whose due is not past,
+-- wherever they stand: a range of this partial index (messages published
+-- without a delay are not in it).
+CREATE INDEX IF NOT EXISTS messages_due ON leasequeue.messages (queue, due_at) WHERE due_at IS NOT NULL;
+-- A key is held while its message is (the held check: one probe of this
+-- index; unique, so two messages of a group never share a key) ...
+CREATE UNIQUE INDEX IF NOT EXISTS messages_key ON leasequeue.messages (queue, group_id, key)
+    WHERE key IS NOT NULL;
+-- ... and, for a publish made with dedup_window > 0, until held_until
+-- (its time + the window), also after its message left: one row per key,
+-- written by that publish, dropped lazily once the time is past held_until
+-- (a later publish of the key, or a sweep of a few rows by keyed publishes).
+CREATE TABLE IF NOT EXISTS leasequeue.keys (
+    queue      int NOT NULL,
+    group_id   text NOT NULL,
+    key        text NOT NULL,
+    seq        bigint NOT NULL,            -- the message that used the key
+    held_until double precision NOT NULL,  -- held while the time is before this ('Infinity': for ever)
+    PRIMARY KEY (queue, group_id, key)
+);
+CREATE INDEX IF NOT EXISTS keys_held_until ON leasequeue.keys (queue, held_until);
 
 -- Connections that LISTEN for a queue's notifications (one row per listening
 -- backend).  Writers send NOTIFY only while a queue has listeners: a NOTIFY
@@ -332,6 +364,156 @@ BEGIN
     RETURN QUERY SELECT unnest(v_seqs);
 END $$;
 
+-- ------------------------------------------------------------------ later and once (version 4)
+
+-- The time a publish with a delay or a key acts at: the caller's reading
+-- (p_now), else the server's clock (p_server), else (an injected clock that
+-- this publish did not read: a key with dedup_window 0) the latest time the
+-- queue used, to test the hold of keys other publishers kept past their
+-- messages.
+CREATE OR REPLACE FUNCTION leasequeue.publish_time(p_queue int, p_now double precision, p_server boolean)
+RETURNS double precision LANGUAGE plpgsql AS $$
+DECLARE
+    v_latest double precision;
+BEGIN
+    IF p_now IS NOT NULL OR p_server THEN
+        RETURN leasequeue.time_now(p_queue, p_now);
+    END IF;
+    SELECT latest INTO v_latest FROM leasequeue.queues WHERE id = p_queue;
+    RETURN v_latest;
+END $$;
+
+-- One message with a due time (p_due, NULL: none) and/or a key (p_key,
+-- NULL: none), by a caller holding the group's advisory lock.  A held key
+-- publishes nothing and returns its holder's seq (no seq used, no group
+-- made, nobody woken).  p_held_until: how long the key stays held after its
+-- message left (NULL: not at all, dedup_window 0).  A new head with a due
+-- time is a lock of its group (lock_state 4) until due: it wakes nobody,
+-- but the timekeepers of waiting claims learn the new lock end ('expiry').
+CREATE OR REPLACE FUNCTION leasequeue.publish_one(p_queue int, p_seq_oid oid, p_group text, p_payload bytea,
+                                                  p_priority bigint, p_due double precision, p_key text,
+                                                  p_held_until double precision, p_now double precision)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq bigint;
+    v_until double precision;
+    v_found boolean;
+    v_has boolean;
+    v_paused boolean;
+BEGIN
+    IF p_key IS NOT NULL THEN
+        SELECT seq INTO v_seq FROM leasequeue.messages
+        WHERE queue = p_queue AND group_id = p_group AND key = p_key;
+        IF FOUND THEN
+            RETURN v_seq;
+        END IF;
+        SELECT seq, held_until INTO v_seq, v_until FROM leasequeue.keys
+        WHERE queue = p_queue AND group_id = p_group AND key = p_key;
+        IF FOUND THEN
+            IF v_until > p_now THEN
+                RETURN v_seq;
+            END IF;
+            DELETE FROM leasequeue.keys WHERE queue = p_queue AND group_id = p_group AND key = p_key;
+        END IF;
+    END IF;
+    SELECT has_messages, paused INTO v_has, v_paused
+    FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
+    v_found := FOUND;
+    v_seq := nextval(p_seq_oid::regclass);
+    IF NOT v_found THEN
+        INSERT INTO leasequeue.groups (queue, group_id, priority, rr_key, lock_state, expires_at)
+        VALUES (p_queue, p_group, p_priority, v_seq - 4611686018427387904,
+                CASE WHEN p_due IS NULL THEN 0 ELSE 4 END, p_due);
+        IF p_due IS NULL THEN
+            PERFORM leasequeue.announce(p_queue, p_priority || ':' || v_seq);
+        ELSE
+            PERFORM leasequeue.announce(p_queue, 'expiry');
+        END IF;
+    ELSIF NOT v_has THEN
+        -- A paused group that holds nothing: it takes this message (its
+        -- priority stays; one that never held a message is keyed by it).
+        UPDATE leasequeue.groups
+        SET has_messages = true,
+            rr_key = coalesce(rr_key, v_seq - 4611686018427387904),
+            lock_state = CASE WHEN p_due IS NULL THEN 0 ELSE 4 END,
+            lock_worker = NULL,
+            expires_at = p_due
+        WHERE queue = p_queue AND group_id = p_group;
+    END IF;
+    INSERT INTO leasequeue.messages (queue, group_id, seq, payload, due_at, key)
+    VALUES (p_queue, p_group, v_seq, p_payload, p_due, p_key);
+    IF p_key IS NOT NULL AND p_held_until IS NOT NULL THEN
+        INSERT INTO leasequeue.keys (queue, group_id, key, seq, held_until)
+        VALUES (p_queue, p_group, p_key, v_seq, p_held_until);
+    END IF;
+    RETURN v_seq;
+END $$;
+
+-- Drop a few keys whose hold is over (the hold of a key whose message is
+-- still there is that message's: its row here is not needed either).
+CREATE OR REPLACE FUNCTION leasequeue.sweep_keys(p_queue int, p_now double precision)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM leasequeue.keys k
+    WHERE k.ctid = ANY (ARRAY(SELECT x.ctid FROM leasequeue.keys x
+                              WHERE x.queue = p_queue AND x.held_until <= p_now
+                              ORDER BY x.held_until LIMIT 8));
+END $$;
+
+-- publish(..., delay=, key=): queue, seq oid, group, payload, priority,
+-- delay (0: none), key (NULL: none), the transport's dedup_window, the
+-- caller's clock reading (NULL: none, or the server's clock: p_server).
+CREATE OR REPLACE FUNCTION leasequeue.publish_ext(p_queue int, p_seq_oid oid, p_group text, p_payload bytea,
+                                                  p_priority bigint, p_delay double precision, p_key text,
+                                                  p_window double precision, p_now double precision,
+                                                  p_server boolean)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_now double precision;
+    v_seq bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    v_now := leasequeue.publish_time(p_queue, p_now, p_server);
+    v_seq := leasequeue.publish_one(p_queue, p_seq_oid, p_group, p_payload, p_priority,
+                                    CASE WHEN p_delay > 0 THEN v_now + p_delay END, p_key,
+                                    CASE WHEN p_key IS NOT NULL AND p_window > 0 THEN v_now + p_window END, v_now);
+    IF p_key IS NOT NULL AND p_window > 0 THEN
+        PERFORM leasequeue.sweep_keys(p_queue, v_now);
+    END IF;
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    RETURN v_seq;
+END $$;
+
+-- publish_many(items, delay=) with keys: the groups' advisory locks first,
+-- in a fixed order (as publish_many), one time for the batch, then each item
+-- as publish_ext would publish it, in order: an item whose key is held (or
+-- repeats an earlier item's in its group) gets the holder's seq.
+CREATE OR REPLACE FUNCTION leasequeue.publish_many_ext(p_queue int, p_seq_oid oid, p_groups text[],
+                                                       p_payloads bytea[], p_priorities bigint[], p_keys text[],
+                                                       p_delay double precision, p_window double precision,
+                                                       p_now double precision, p_server boolean)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_now double precision;
+    v_due double precision;
+    v_keyed boolean := false;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, h)
+    FROM (SELECT DISTINCT hashtext(g) AS h FROM unnest(p_groups) g ORDER BY 1) x;
+    v_now := leasequeue.publish_time(p_queue, p_now, p_server);
+    v_due := CASE WHEN p_delay > 0 THEN v_now + p_delay END;
+    FOR i IN 1 .. coalesce(array_length(p_groups, 1), 0) LOOP
+        RETURN NEXT leasequeue.publish_one(
+            p_queue, p_seq_oid, p_groups[i], p_payloads[i], p_priorities[i], v_due, p_keys[i],
+            CASE WHEN p_keys[i] IS NOT NULL AND p_window > 0 THEN v_now + p_window END, v_now);
+        v_keyed := v_keyed OR p_keys[i] IS NOT NULL;
+    END LOOP;
+    IF v_keyed AND p_window > 0 THEN
+        PERFORM leasequeue.sweep_keys(p_queue, v_now);
+    END IF;
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+END $$;
+
 -- ------------------------------------------------------------------ claim
 
 -- Up to p_count successive claims at one time (claim: p_count = 1).  Each
@@ -351,11 +533,12 @@ CREATE OR REPLACE FUNCTION leasequeue.claim(p_queue int, p_worker text, p_visibi
                                             p_min_priority bigint, p_now double precision, p_count int,
                                             p_report boolean, p_token bigint)
 RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt bigint,
-               prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text)
+               prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text, delivery bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_now double precision;
+    v_delivery bigint;
     v_n int := 0;
     v_g leasequeue.groups%ROWTYPE;
     v_c leasequeue.groups%ROWTYPE;
@@ -486,10 +669,12 @@ BEGIN
         IF NOT FOUND THEN
             RAISE EXCEPTION 'leasequeue: group % of queue % has no message', v_g.group_id, p_queue;
         END IF;
+        -- The claim's number: the group's round-robin key, and the delivery's name.
+        v_delivery := nextval('leasequeue.claims');
         UPDATE leasequeue.groups g
         SET lock_state = 1, lock_worker = p_worker, expires_at = v_now + p_visibility,
             attempt = v_g.attempt + 1, open = true, lease_seq = v_seq, lease_worker = p_worker,
-            rr_key = nextval('leasequeue.claims'), last_claimed_at = v_now,
+            rr_key = v_delivery, last_claimed_at = v_now,
             claim_token = p_token
         WHERE g.queue = p_queue AND g.group_id = v_g.group_id;
         seq := v_seq;
@@ -501,6 +686,7 @@ BEGIN
         prev_last := v_g.last_claimed_at;
         prev_open := v_g.open;
         prev_worker := v_g.lease_worker;
+        delivery := v_delivery;
         RETURN NEXT;
     END LOOP;
     IF p_report AND v_n < p_count THEN
@@ -514,6 +700,7 @@ BEGIN
         attempt := NULL;
         prev_rr := NULL;
         prev_worker := NULL;
+        delivery := NULL;
         prev_last := v_now;
         SELECT g.expires_at INTO expires_at FROM leasequeue.groups g
         WHERE g.queue = p_queue AND g.lock_state <> 0 ORDER BY g.expires_at LIMIT 1;
@@ -536,8 +723,8 @@ END $$;
 -- group's state before the claim comes back (attempt, round-robin key,
 -- the previous delivery), and the message is announced again.
 CREATE OR REPLACE FUNCTION leasequeue.unclaim(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
-                                              p_worker text, p_prev_rr bigint, p_prev_last double precision,
-                                              p_prev_open boolean, p_prev_worker text)
+                                              p_worker text, p_delivery bigint, p_prev_rr bigint,
+                                              p_prev_last double precision, p_prev_open boolean, p_prev_worker text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_g leasequeue.groups%ROWTYPE;
@@ -545,7 +732,8 @@ BEGIN
     SELECT * INTO v_g FROM leasequeue.groups
     WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
     IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
-       OR v_g.lease_worker IS DISTINCT FROM p_worker OR v_g.lock_state <> 1 THEN
+       OR v_g.lease_worker IS DISTINCT FROM p_worker OR v_g.rr_key IS DISTINCT FROM p_delivery
+       OR v_g.lock_state <> 1 THEN
         RETURN false;
     END IF;
     UPDATE leasequeue.groups
@@ -587,8 +775,12 @@ END $$;
 -- ------------------------------------------------------------------ settle
 
 -- The group row of a current delivery, locked; NULL fields if not current.
+-- A lease names its delivery by its fields (seq, attempt, worker) and, if
+-- the transport issued it, by the delivery's number (p_delivery; NULL for a
+-- lease built by hand): while a delivery is open, the group's rr_key is its
+-- number, so a closed delivery is never current again, whatever its attempt.
 CREATE OR REPLACE FUNCTION leasequeue.current(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
-                                              p_worker text)
+                                              p_worker text, p_delivery bigint)
 RETURNS leasequeue.groups LANGUAGE plpgsql AS $$
 DECLARE
     v_g leasequeue.groups%ROWTYPE;
@@ -596,33 +788,37 @@ BEGIN
     SELECT * INTO v_g FROM leasequeue.groups
     WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
     IF NOT FOUND OR NOT v_g.open OR v_g.attempt <> p_attempt OR v_g.lease_seq IS DISTINCT FROM p_seq
-       OR v_g.lease_worker IS DISTINCT FROM p_worker THEN
+       OR v_g.lease_worker IS DISTINCT FROM p_worker OR v_g.rr_key IS DISTINCT FROM coalesce(p_delivery, v_g.rr_key) THEN
         RETURN NULL;
     END IF;
     RETURN v_g;
 END $$;
 
 CREATE OR REPLACE FUNCTION leasequeue.ack(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
-                                          p_worker text)
+                                          p_worker text, p_delivery bigint)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_next bigint;
+    v_due double precision;
     v_priority bigint;
     v_paused boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
     -- The message after the delivery's (its group's head): publishers to the
     -- group wait for the advisory lock, so it stays the next one.
-    SELECT seq INTO v_next FROM leasequeue.messages
+    SELECT seq, due_at INTO v_next, v_due FROM leasequeue.messages
     WHERE queue = p_queue AND group_id = p_group AND seq > p_seq ORDER BY seq LIMIT 1;
     -- Free the group if the delivery is current; if it is not, this changes
     -- nothing and finds no row.  (One statement: no separate FOR UPDATE,
-    -- which costs a second write of the row.)
+    -- which costs a second write of the row.)  A next message published
+    -- with a delay is a scheduled head (lock_state 4) until its due; ack
+    -- reads no clock: if it is due already, the next operation that reads
+    -- one frees it (expire), as a lock that ran out.
     UPDATE leasequeue.groups
-    SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
-        lease_seq = NULL, lease_worker = NULL, has_messages = (v_next IS NOT NULL)
+    SET lock_state = CASE WHEN v_due IS NULL THEN 0 ELSE 4 END, lock_worker = NULL, expires_at = v_due,
+        attempt = 0, open = false, lease_seq = NULL, lease_worker = NULL, has_messages = (v_next IS NOT NULL)
     WHERE queue = p_queue AND group_id = p_group AND open AND attempt = p_attempt AND lease_seq = p_seq
-      AND lease_worker = p_worker
+      AND lease_worker = p_worker AND rr_key = coalesce(p_delivery, rr_key)
     RETURNING priority, paused INTO v_priority, v_paused;
     IF NOT FOUND THEN
         RETURN false;
@@ -636,7 +832,8 @@ BEGIN
         -- leasequeue.announce, inlined (the hot path: one call less).
         PERFORM pg_advisory_xact_lock_shared(4294967296 + p_queue);
         IF EXISTS (SELECT 1 FROM leasequeue.listeners WHERE queue = p_queue) THEN
-            PERFORM pg_notify('leasequeue_' || p_queue, v_priority || ':' || v_next);
+            PERFORM pg_notify('leasequeue_' || p_queue,
+                              CASE WHEN v_due IS NULL THEN v_priority || ':' || v_next ELSE 'expiry' END);
         END IF;
     END IF;
     RETURN true;
@@ -651,13 +848,14 @@ END $$;
 -- then take it itself, which costs a sleeping claim one look, never a
 -- missed wake-up.
 CREATE OR REPLACE FUNCTION leasequeue.ack_and_claim(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
-                                                    p_worker text, p_claimer text, p_visibility double precision,
-                                                    p_min_priority bigint, p_now double precision)
+                                                    p_worker text, p_delivery bigint, p_claimer text,
+                                                    p_visibility double precision, p_min_priority bigint,
+                                                    p_now double precision)
 RETURNS TABLE (seq bigint, group_id text, payload bytea, expires_at double precision, attempt bigint,
-               prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text)
+               prev_rr bigint, prev_last double precision, prev_open boolean, prev_worker text, delivery bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT leasequeue.ack(p_queue, p_group, p_seq, p_attempt, p_worker) THEN
+    IF NOT leasequeue.ack(p_queue, p_group, p_seq, p_attempt, p_worker, p_delivery) THEN
         RETURN;
     END IF;
     RETURN QUERY SELECT * FROM leasequeue.claim(p_queue, p_claimer, p_visibility, p_min_priority, p_now, 1,
@@ -672,7 +870,7 @@ END $$;
 -- batch is settled with set statements (one ack per group at most: after
 -- it, the group's next message has no open delivery).
 CREATE OR REPLACE FUNCTION leasequeue.ack_many(p_queue int, p_groups text[], p_seqs bigint[],
-                                               p_attempts bigint[], p_workers text[])
+                                               p_attempts bigint[], p_workers text[], p_deliveries bigint[])
 RETURNS SETOF int LANGUAGE plpgsql AS $$
 DECLARE
     v_pos int[];
@@ -690,29 +888,33 @@ BEGIN
            coalesce(array_agg(c.seq), '{}')
     INTO v_pos, v_groups, v_seqs
     FROM (SELECT DISTINCT ON (k.group_id) k.pos::int AS pos, k.group_id, k.seq
-          FROM unnest(p_groups, p_seqs, p_attempts, p_workers) WITH ORDINALITY
-               AS k(group_id, seq, attempt, worker, pos)
+          FROM unnest(p_groups, p_seqs, p_attempts, p_workers, p_deliveries) WITH ORDINALITY
+               AS k(group_id, seq, attempt, worker, delivery, pos)
           JOIN leasequeue.groups g ON g.queue = p_queue AND g.group_id = k.group_id
           WHERE g.open AND g.attempt = k.attempt AND g.lease_seq = k.seq AND g.lease_worker = k.worker
+            AND g.rr_key = coalesce(k.delivery, g.rr_key)
           ORDER BY k.group_id, k.pos) c;
     DELETE FROM leasequeue.messages m
     USING unnest(v_groups, v_seqs) AS c(group_id, seq)
     WHERE m.queue = p_queue AND m.group_id = c.group_id AND m.seq = c.seq;
-    -- Groups with a next message (or paused) stay, free; the others are forgotten.
+    -- Groups with a next message (or paused) stay, free (or scheduled, as
+    -- after ack); the others are forgotten.
     WITH nxt AS (
-        SELECT c.group_id,
-               (SELECT min(m.seq) FROM leasequeue.messages m
-                WHERE m.queue = p_queue AND m.group_id = c.group_id) AS head
+        SELECT c.group_id, h.seq AS head, h.due_at AS due
         FROM unnest(v_groups) AS c(group_id)
+        LEFT JOIN LATERAL (SELECT m.seq, m.due_at FROM leasequeue.messages m
+                           WHERE m.queue = p_queue AND m.group_id = c.group_id
+                           ORDER BY m.seq LIMIT 1) h ON true
     ), freed AS (
         UPDATE leasequeue.groups g
-        SET lock_state = 0, lock_worker = NULL, expires_at = NULL, attempt = 0, open = false,
-            lease_seq = NULL, lease_worker = NULL, has_messages = (n.head IS NOT NULL)
+        SET lock_state = CASE WHEN n.due IS NULL THEN 0 ELSE 4 END, lock_worker = NULL, expires_at = n.due,
+            attempt = 0, open = false, lease_seq = NULL, lease_worker = NULL, has_messages = (n.head IS NOT NULL)
         FROM nxt n
         WHERE g.queue = p_queue AND g.group_id = n.group_id AND (n.head IS NOT NULL OR g.paused)
-        RETURNING g.priority, g.paused, n.head
+        RETURNING g.priority, g.paused, n.head, n.due
     )
-    SELECT count(leasequeue.announce(p_queue, f.priority || ':' || f.head)) INTO v_n
+    SELECT count(leasequeue.announce(p_queue, CASE WHEN f.due IS NULL THEN f.priority || ':' || f.head
+                                                   ELSE 'expiry' END)) INTO v_n
     FROM freed f WHERE f.head IS NOT NULL AND NOT f.paused;
     DELETE FROM leasequeue.groups g
     USING unnest(v_groups) AS c(group_id)
@@ -723,16 +925,22 @@ BEGIN
     WHERE NOT (i = ANY (v_pos)) ORDER BY i;
 END $$;
 
+-- nack, and (p_release, version 4) release: the same, then the delivery
+-- does not count (the attempt count goes back to p_attempt - 1).
 CREATE OR REPLACE FUNCTION leasequeue.nack(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
-                                           p_worker text, p_delay double precision, p_now double precision)
+                                           p_worker text, p_delivery bigint, p_delay double precision,
+                                           p_now double precision, p_release boolean)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_g leasequeue.groups%ROWTYPE;
     v_now double precision;
 BEGIN
-    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker, p_delivery);
     IF v_g.group_id IS NULL THEN
         RETURN false;
+    END IF;
+    IF p_release THEN
+        UPDATE leasequeue.groups SET attempt = p_attempt - 1 WHERE queue = p_queue AND group_id = p_group;
     END IF;
     IF p_delay = 0 THEN
         UPDATE leasequeue.groups
@@ -755,14 +963,14 @@ END $$;
 
 -- The new expires_at, or NULL if the lease is not current.
 CREATE OR REPLACE FUNCTION leasequeue.extend(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
-                                             p_worker text, p_visibility double precision,
+                                             p_worker text, p_delivery bigint, p_visibility double precision,
                                              p_now double precision)
 RETURNS double precision LANGUAGE plpgsql AS $$
 DECLARE
     v_g leasequeue.groups%ROWTYPE;
     v_now double precision;
 BEGIN
-    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker, p_delivery);
     IF v_g.group_id IS NULL THEN
         RETURN NULL;
     END IF;
@@ -778,7 +986,7 @@ END $$;
 
 CREATE OR REPLACE FUNCTION leasequeue.stats(p_queue int, p_now double precision,
     OUT messages bigint, OUT groups bigint, OUT leased bigint, OUT parked bigint, OUT paused bigint,
-    OUT buried bigint)
+    OUT buried bigint, OUT scheduled bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -788,6 +996,8 @@ BEGIN
     PERFORM leasequeue.time_used(p_queue, p_now, v_now);
     PERFORM leasequeue.expire(p_queue, v_now);
     SELECT count(*) INTO messages FROM leasequeue.messages m WHERE m.queue = p_queue;
+    -- Not yet due, wherever they stand: a range of messages_due.
+    SELECT count(*) INTO scheduled FROM leasequeue.messages m WHERE m.queue = p_queue AND m.due_at >= v_now;
     SELECT count(*) FILTER (WHERE g.has_messages),
            count(*) FILTER (WHERE g.lock_state = 1 AND g.expires_at >= v_now),
            count(*) FILTER (WHERE g.lock_state = 2 AND g.expires_at >= v_now),
@@ -855,7 +1065,7 @@ BEGIN
         expires_at = CASE WHEN lock_state = 2 THEN NULL ELSE expires_at END,
         reason = NULL
     WHERE queue = p_queue AND group_id = p_group;
-    IF v_g.lock_state <> 1 THEN
+    IF v_g.lock_state NOT IN (1, 4) THEN  -- a scheduled head: the timekeepers know its due already
         SELECT seq INTO v_head FROM leasequeue.messages
         WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
         PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_head);
@@ -900,7 +1110,7 @@ END $$;
 CREATE OR REPLACE FUNCTION leasequeue.group_info(p_queue int, p_group text, p_now double precision)
 RETURNS TABLE (group_id text, priority bigint, messages bigint, paused boolean, lock_state smallint,
                head_seq bigint, lock_worker text, expires_at double precision, attempt bigint,
-               last_claimed_at double precision, reason text)
+               last_claimed_at double precision, reason text, due_at double precision)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -912,7 +1122,8 @@ BEGIN
     RETURN QUERY
     SELECT g.group_id, g.priority, coalesce(m.n, 0), g.paused,
            CASE WHEN g.lock_state <> 0 AND g.expires_at < v_now THEN 0::smallint ELSE g.lock_state END,
-           m.head, g.lock_worker, g.expires_at, g.attempt, g.last_claimed_at, g.reason
+           m.head, g.lock_worker, g.expires_at, g.attempt, g.last_claimed_at, g.reason,
+           CASE WHEN g.lock_state = 4 AND g.expires_at >= v_now THEN g.expires_at END
     FROM leasequeue.groups g
     LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.messages x
                        WHERE x.queue = g.queue AND x.group_id = g.group_id) m ON true
@@ -927,12 +1138,12 @@ END $$;
 -- (lock_state 3: not ready, no end) until resume or skip.  The worker and
 -- attempt stay for group_info.
 CREATE OR REPLACE FUNCTION leasequeue.bury(p_queue int, p_group text, p_seq bigint, p_attempt bigint,
-                                           p_worker text, p_reason text)
+                                           p_worker text, p_delivery bigint, p_reason text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     v_g leasequeue.groups%ROWTYPE;
 BEGIN
-    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker);
+    v_g := leasequeue.current(p_queue, p_group, p_seq, p_attempt, p_worker, p_delivery);
     IF v_g.group_id IS NULL THEN
         RETURN false;
     END IF;
@@ -956,6 +1167,8 @@ DECLARE
     v_now double precision;
     v_head bigint;
     v_next bigint;
+    v_due double precision;
+    v_scheduled boolean;
 BEGIN
     -- The group's advisory lock first (then rows: expire skips the rows others
     -- hold and never waits), as every other write to one group takes them.
@@ -971,21 +1184,64 @@ BEGIN
     SELECT seq INTO v_head FROM leasequeue.messages
     WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
     DELETE FROM leasequeue.messages WHERE queue = p_queue AND group_id = p_group AND seq = v_head;
-    SELECT seq INTO v_next FROM leasequeue.messages
+    SELECT seq, due_at INTO v_next, v_due FROM leasequeue.messages
     WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+    v_scheduled := v_due >= v_now;  -- the next head is scheduled, not due
     IF v_next IS NULL AND NOT v_g.paused THEN
         DELETE FROM leasequeue.groups WHERE queue = p_queue AND group_id = p_group;
         RETURN true;
     END IF;
     UPDATE leasequeue.groups
-    SET has_messages = (v_next IS NOT NULL), lock_state = 0, lock_worker = NULL, expires_at = NULL,
+    SET has_messages = (v_next IS NOT NULL), lock_state = CASE WHEN v_scheduled THEN 4 ELSE 0 END,
+        lock_worker = NULL, expires_at = CASE WHEN v_scheduled THEN v_due END,
         attempt = 0, open = false, lease_seq = NULL, lease_worker = NULL, reason = NULL,
         rr_key = CASE WHEN v_g.last_claimed_at IS NOT NULL THEN rr_key
                       WHEN v_next IS NULL THEN NULL
                       ELSE v_next - 4611686018427387904 END
     WHERE queue = p_queue AND group_id = p_group;
     IF v_next IS NOT NULL AND NOT v_g.paused THEN
-        PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_next);
+        PERFORM leasequeue.announce(p_queue, CASE WHEN v_scheduled THEN 'expiry'
+                                                  ELSE v_g.priority || ':' || v_next END);
+    END IF;
+    RETURN true;
+END $$;
+
+-- ------------------------------------------------------------------ retry (version 4)
+
+-- The operator's "run it again from scratch" (decisions.md, "Honest
+-- attempts"): false, nothing changed (but the time and the expiry applied),
+-- for an unknown group, one holding no message, or a head under a lease
+-- that has not expired.  Otherwise the head's attempt count goes back to 0,
+-- a bury is lifted, a park ends, an expired lease's delivery closes; a
+-- pause, a schedule, the round-robin key and last_claimed_at stay.  A head
+-- that is then claimable is announced.
+CREATE OR REPLACE FUNCTION leasequeue.retry(p_queue int, p_group text, p_now double precision)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_g leasequeue.groups%ROWTYPE;
+    v_now double precision;
+    v_scheduled boolean;
+    v_head bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(p_queue, hashtext(p_group));
+    v_now := leasequeue.time_now(p_queue, p_now);
+    PERFORM leasequeue.time_used(p_queue, p_now, v_now);
+    PERFORM leasequeue.expire(p_queue, v_now);
+    SELECT * INTO v_g FROM leasequeue.groups
+    WHERE queue = p_queue AND group_id = p_group FOR UPDATE;
+    IF NOT FOUND OR NOT v_g.has_messages OR (v_g.lock_state = 1 AND v_g.expires_at >= v_now) THEN
+        RETURN false;
+    END IF;
+    v_scheduled := v_g.lock_state = 4 AND v_g.expires_at >= v_now;
+    UPDATE leasequeue.groups
+    SET attempt = 0, reason = NULL, open = false, lease_seq = NULL, lease_worker = NULL,
+        lock_state = CASE WHEN v_scheduled THEN 4 ELSE 0 END, lock_worker = NULL,
+        expires_at = CASE WHEN v_scheduled THEN expires_at END
+    WHERE queue = p_queue AND group_id = p_group;
+    IF NOT v_scheduled AND NOT v_g.paused THEN
+        SELECT seq INTO v_head FROM leasequeue.messages
+        WHERE queue = p_queue AND group_id = p_group ORDER BY seq LIMIT 1;
+        PERFORM leasequeue.announce(p_queue, v_g.priority || ':' || v_head);
     END IF;
     RETURN true;
 END $$;
@@ -999,5 +1255,5 @@ SET seq_oid = to_regclass('leasequeue.seq_' || q.id)::oid
 WHERE to_regclass('leasequeue.seq_' || q.id) IS NOT NULL
   AND q.seq_oid IS DISTINCT FROM to_regclass('leasequeue.seq_' || q.id)::oid;
 
-INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '3')
+INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '4')
 ON CONFLICT (key) DO NOTHING;

@@ -2,7 +2,7 @@
 
 Any number of processes on any number of machines share one queue.  Each
 operation is one round trip: a call of a server-side function
-(``sql/postgres/schema.sql``) in its own transaction.  The contract notes
+(``_backends/postgres/schema.sql``) in its own transaction.  The contract notes
 (what differs from the in-memory transport, time, waiting, faults) are in
 ``docs/postgres.md``.
 
@@ -21,17 +21,19 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Typ
 
 import psycopg  # only leasequeue._backends.load() imports this module: it names the extra when psycopg is missing
 
-from ..durable import DeliveryKey, check_lease, decoded_lease, issue, lease_key, lost
+from ..durable import DeliveryKey, check_lease, decoded_lease, issue, lease_delivery, lease_key, lost
 from ..._errors import LeaseQueueError
 from .waiting import Listener, Waiter, WaitRoom
 from ..._serializers import EventDecodeError, check_serializer, serialize_bytes
 from ..sqlfiles import load_migrations, load_queries, load_script
 from ..._types import GroupInfo, Message, TransportStats
 from ..._validation import (
+    INT64_MAX,
     check_count,
     check_duration,
     check_id,
-    check_item,
+    check_key,
+    check_keyed_item,
     check_priority,
     check_time,
     check_timeout,
@@ -45,8 +47,10 @@ __all__ = ["SCHEMA_VERSION", "PostgresTransport"]
 
 #: The schema version this code writes and understands (``leasequeue.meta``).
 #: ``install()`` upgrades an older one (1, leasequeue 0.3, or later) with the
-#: numbered files of ``sql/postgres/migrations/``.
-SCHEMA_VERSION = 3
+#: numbered files of ``_backends/postgres/migrations/``.  Version 4
+#: (leasequeue 0.6): delayed publish, idempotency keys, release, retry,
+#: fencing by delivery.
+SCHEMA_VERSION = 4
 #: The oldest schema version ``install()`` can upgrade: the first released one.
 OLDEST_UPGRADABLE = 1
 
@@ -62,8 +66,9 @@ _INT32_MAX = 2**31 - 1
 _SESSION = "SET plan_cache_mode = force_generic_plan"
 _STATES = {1: "leased", 2: "parked"}
 _BURIED = 3  # lock_state of a buried group
+_SCHEDULED = 4  # lock_state of a group whose head is scheduled (until expires_at, its due)
 
-# The named queries of ``sql/postgres/queries.sql``, loaded once.
+# The named queries of ``_backends/postgres/queries.sql``, loaded once.
 _Q = load_queries("postgres")
 _Q_CLAIM = _Q["claim"]
 _Q_PUBLISH = _Q["publish"]
@@ -81,11 +86,15 @@ _Q_EXTEND = _Q["extend"]
 _NOW: Any = object()
 
 
-def _delivery(key: Tuple[str, int, int, str]) -> Tuple[str, int, int, str]:
-    """A lease key ``(group_id, attempt, seq, worker_id)`` as the server-side
-    functions take it: ``(group_id, seq, attempt, worker_id)``."""
+def _delivery(key: Tuple[str, int, int, str], lease: Any) -> Tuple[str, int, int, str, Optional[int]]:
+    """A lease's key ``(group_id, attempt, seq, worker_id)`` and its delivery
+    number (None for a lease built by hand) as the server-side functions
+    take them: ``(group_id, seq, attempt, worker_id, delivery)``."""
     group_id, attempt, seq, worker_id = key
-    return (group_id, seq, attempt, worker_id)
+    delivery = lease_delivery(lease)
+    if delivery is not None and not 0 < delivery <= INT64_MAX:  # no claim's number (a bigint): names none
+        delivery = 0
+    return (group_id, seq, attempt, worker_id, delivery)
 
 
 def _error(exc: BaseException, what: str) -> LeaseQueueError:
@@ -267,6 +276,8 @@ class PostgresTransport:
     (tests).  ``serializer``: ``None``/``"pickle"`` (default, highest
     protocol), ``"json"``, or a ``(dumps, loads)`` pair; ``lease.event`` is
     an equal copy of the published event, not the object itself.
+    ``dedup_window``: seconds a publish's key stays held after its message
+    left (default 0: exactly while the message is held).
 
     The schema must exist: ``PostgresTransport.install(conninfo)`` creates
     it.  Every method is thread-safe; errors of the database or the
@@ -280,12 +291,14 @@ class PostgresTransport:
         queue: str = "default",
         clock: Optional[Callable[[], float]] = None,
         serializer: Any = None,
+        dedup_window: float = 0.0,
     ) -> None:
         if not isinstance(conninfo, str):
             raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
         queue = check_id(queue, "queue")
         if clock is not None and not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self._window = check_duration(dedup_window, "dedup_window")
         self._dumps, self._loads = check_serializer(serializer)
         self._conninfo = conninfo
         self._clock = clock
@@ -319,7 +332,7 @@ class PostgresTransport:
         All in one transaction, under an advisory lock (concurrent installs
         wait for each other).  A database of an older schema version is
         upgraded in place, its data kept: first the numbered migrations of
-        ``sql/postgres/migrations/`` (table and index changes), then
+        ``_backends/postgres/migrations/`` (table and index changes), then
         ``schema.sql`` (re)creates every function.  A database whose schema
         is newer than this leasequeue is refused, untouched.  Transports of
         the old release must be stopped first: they refuse the upgraded
@@ -431,16 +444,31 @@ class PostgresTransport:
 
     # ------------------------------------------------------------ Part 1
 
-    def publish(self, group_id: str, event: Any, priority: int = 0) -> int:
+    def publish(
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None
+    ) -> int:
         """Append ``event`` to group ``group_id``; return its sequence number.
 
         The event is serialized first (its errors propagate; nothing is
         published).  ``priority`` is taken when the group is created.
+        ``delay > 0``: not delivered before ``now + delay`` (its group's
+        later messages wait behind it).  ``key``: while it is held in the
+        group, nothing is published and the holder's seq is returned.
         """
         group_id = check_id(group_id, "group_id")
         priority = check_priority(priority, "priority")
+        delay = check_duration(delay, "delay")
+        key = check_key(key)
         payload = serialize_bytes(self._dumps, event)
-        return int(self._scalar("publish", _Q_PUBLISH, (self._queue, self._seq_oid, group_id, payload, priority)))
+        if delay == 0.0 and key is None:  # Part 1's publish: its own function, no clock
+            return int(self._scalar("publish", _Q_PUBLISH, (self._queue, self._seq_oid, group_id, payload, priority)))
+        now = _NOW if delay > 0.0 or (key is not None and self._window > 0.0) else None
+        seq = int(self._scalar("publish", _Q["publish_ext"], (
+            self._queue, self._seq_oid, group_id, payload, priority, delay, key, self._window, now,
+            self._clock is None)))
+        if delay > 0.0:
+            self._locked(delay)
+        return seq
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
@@ -467,21 +495,30 @@ class PostgresTransport:
         check_lease(lease)
         key = lease_key(lease)
         self._check_open("ack")
-        if key is None or not self._scalar("ack", _Q_ACK, (self._queue, *_delivery(key))):
+        if key is None or not self._scalar("ack", _Q_ACK, (self._queue, *_delivery(key, lease))):
             raise lost(lease)
 
     def nack(self, lease: Any, delay: float = 0.0) -> None:
         """Give the message back: retry now (``delay == 0``) or park it for ``delay`` s."""
+        self._hand_back("nack", _Q_NACK, lease, delay)
+
+    def release(self, lease: Any, delay: float = 0.0) -> None:
+        """``nack(lease, delay)`` whose delivery does not count: the message's
+        attempt count goes back to ``lease.attempt - 1``, so its next delivery
+        carries this one's ``attempt`` (a hand-back, not a failure)."""
+        self._hand_back("release", _Q["release"], lease, delay)
+
+    def _hand_back(self, what: str, sql: str, lease: Any, delay: float) -> None:
         check_lease(lease)
         delay = check_duration(delay, "delay")
         now = _NOW if delay > 0.0 else None
         key = lease_key(lease)
         if key is None:
             if delay > 0.0:
-                self._now("nack")
-            self._check_open("nack")
+                self._now(what)
+            self._check_open(what)
             raise lost(lease)
-        if not self._scalar("nack", _Q_NACK, (self._queue, *_delivery(key), delay, now)):
+        if not self._scalar(what, sql, (self._queue, *_delivery(key, lease), delay, now)):
             raise lost(lease)
         if delay > 0.0:
             self._locked(delay)
@@ -494,20 +531,21 @@ class PostgresTransport:
         if key is None:
             self._now("extend")
             raise lost(lease)
-        expires_at = self._scalar("extend", _Q_EXTEND, (self._queue, *_delivery(key), visibility, _NOW))
+        expires_at = self._scalar("extend", _Q_EXTEND, (self._queue, *_delivery(key, lease), visibility, _NOW))
         if expires_at is None:
             raise lost(lease)
         self._locked(visibility)
         group_id, attempt, seq, worker_id = key
-        return issue(seq, group_id, lease.event, worker_id, float(expires_at), attempt)
+        return issue(seq, group_id, lease.event, worker_id, float(expires_at), attempt, lease_delivery(lease))
 
     def stats(self) -> TransportStats:
-        """Counts as of now (expired leases and parks count as neither)."""
+        """Counts as of now (expired leases and parks count as neither;
+        ``scheduled``: messages published with a delay and not yet due)."""
         row = self._execute("stats", _Q["stats"], (self._queue, _NOW))[0]
         return TransportStats(*(int(x) for x in row))
 
     def __len__(self) -> int:
-        """Messages held: ready + leased + parked."""
+        """Messages held: ready + leased + parked + scheduled (+ buried)."""
         return int(self._scalar("len", _Q["count"], (self._queue,)))
 
     # ------------------------------------------------------------ leases
@@ -533,12 +571,12 @@ class PostgresTransport:
         leases = []
         failed: Optional[EventDecodeError] = None
         try:
-            for seq, group_id, payload, expires_at, attempt, *_ in rows:
+            for seq, group_id, payload, expires_at, attempt, *_, delivery in rows:
                 if seq is None:
                     continue
                 try:
                     lease = decoded_lease(self._loads, bytes(payload), int(seq), group_id, worker_id,
-                                          float(expires_at), int(attempt))
+                                          float(expires_at), int(attempt), int(delivery))
                 except EventDecodeError as exc:
                     lease = exc.lease
                     failed = failed or exc
@@ -553,14 +591,16 @@ class PostgresTransport:
 
     def _undo(self, rows: List[Tuple[Any, ...]], worker_id: str) -> None:
         """Give back claims whose caller will never see them (in reverse order)."""
-        for seq, group_id, _payload, _expires, attempt, prev_rr, prev_last, prev_open, prev_worker in reversed(rows):
+        for row in reversed(rows):
+            seq, group_id, _payload, _expires, attempt, prev_rr, prev_last, prev_open, prev_worker, delivery = row
             if seq is None:
                 continue
             try:
                 self._execute(
                     "unclaim",
                     _Q["unclaim"],
-                    (self._queue, group_id, seq, attempt, worker_id, prev_rr, prev_last, prev_open, prev_worker),
+                    (self._queue, group_id, seq, attempt, worker_id, delivery, prev_rr, prev_last, prev_open,
+                     prev_worker),
                 )
             except LeaseQueueError:
                 pass  # the lease stays until it expires: nothing is lost
@@ -836,7 +876,7 @@ class PostgresTransport:
             reason = str.__str__(reason)
         key = lease_key(lease)
         self._check_open("bury")
-        if key is None or not self._scalar("bury", _Q["bury"], (self._queue, *_delivery(key), reason)):
+        if key is None or not self._scalar("bury", _Q["bury"], (self._queue, *_delivery(key, lease), reason)):
             raise lost(lease)
 
     def skip(self, group_id: str) -> bool:
@@ -847,10 +887,20 @@ class PostgresTransport:
         group_id = check_id(group_id, "group_id")
         return bool(self._scalar("skip", _Q["skip"], (self._queue, group_id, _NOW)))
 
+    def retry(self, group_id: str) -> bool:
+        """The operator's "run it again from scratch": the head's attempt count
+        back to 0 (its next delivery is attempt 1), a bury lifted, a park
+        ended, an expired lease's delivery closed; a pause and a schedule
+        stay.  False, nothing changed, for an unknown group, one holding no
+        message, or a head under a lease that has not expired.  A head then
+        claimable wakes a waiting claim on any machine."""
+        group_id = check_id(group_id, "group_id")
+        return bool(self._scalar("retry", _Q["retry"], (self._queue, group_id, _NOW)))
+
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The group's oldest ``max_count`` messages, head first, whatever their
-        state, as ``Message(seq, event, attempt)`` (equal copies of the events;
-        ``attempt``: deliveries so far).  ``[]`` for an unknown group.  Changes
+        state, as ``Message(seq, event, attempt, due_at, key)`` (equal copies
+        of the events; ``attempt``: the attempt count so far).  ``[]`` for an unknown group.  Changes
         nothing.  An event that cannot be deserialized raises ``EventDecodeError``."""
         group_id = check_id(group_id, "group_id")
         max_count = check_count(max_count)
@@ -859,7 +909,7 @@ class PostgresTransport:
             return []
         rows = self._execute("peek", _Q["peek"], (min(max_count, 2**63 - 1), self._queue, group_id))
         out = []
-        for seq, payload, attempt in rows:
+        for seq, payload, attempt, due_at, key in rows:
             try:
                 event = self._loads(bytes(payload))
             except Exception as exc:
@@ -868,24 +918,37 @@ class PostgresTransport:
                     f"({type(exc).__name__}: {exc})",
                     None,
                 ) from exc
-            out.append(Message(int(seq), event, int(attempt)))
+            out.append(Message(int(seq), event, int(attempt), None if due_at is None else float(due_at), key))
         return out
 
     # ------------------------------------------------------------ batches
 
-    def publish_many(self, items: Iterable[Any]) -> List[int]:
-        """Publish every item (``(group_id, event)`` or ``(group_id, event, priority)``)
-        in one transaction; every item is validated and serialized first."""
-        checked = [check_item(item) for item in list(items)]
-        groups = [group_id for group_id, _event, _priority in checked]
-        payloads = [serialize_bytes(self._dumps, event) for _group_id, event, _priority in checked]
-        priorities = [priority for _group_id, _event, priority in checked]
+    def publish_many(self, items: Iterable[Any], *, delay: float = 0.0) -> List[int]:
+        """Publish every item (``(group_id, event[, priority[, key]])``) in one
+        transaction, each with ``delay``; every item is validated and
+        serialized first.  An item whose key is held (or repeats an earlier
+        item's in its group) publishes nothing and gets the holder's seq."""
+        checked = [check_keyed_item(item) for item in list(items)]
+        delay = check_duration(delay, "delay")
+        groups = [group_id for group_id, _event, _priority, _key in checked]
+        payloads = [serialize_bytes(self._dumps, event) for _group_id, event, _priority, _key in checked]
+        priorities = [priority for _group_id, _event, priority, _key in checked]
+        keys = [key for _group_id, _event, _priority, key in checked]
         self._check_open("publish_many")
         if not groups:
             return []
-        rows = self._execute(
-            "publish_many", _Q["publish_many"], (self._queue, self._seq_oid, groups, payloads, priorities)
-        )
+        keyed = any(key is not None for key in keys)
+        if delay == 0.0 and not keyed:  # Part 2's batch: its own function, no clock
+            rows = self._execute(
+                "publish_many", _Q["publish_many"], (self._queue, self._seq_oid, groups, payloads, priorities)
+            )
+            return [int(r[0]) for r in rows]
+        now = _NOW if delay > 0.0 or (keyed and self._window > 0.0) else None
+        rows = self._execute("publish_many", _Q["publish_many_ext"], (
+            self._queue, self._seq_oid, groups, payloads, priorities, keys, delay, self._window, now,
+            self._clock is None))
+        if delay > 0.0:
+            self._locked(delay)
         return [int(r[0]) for r in rows]
 
     def claim_many(self, worker_id: str, visibility: float, max_count: int, min_priority: int = 0) -> List[Any]:
@@ -919,7 +982,7 @@ class PostgresTransport:
         rows = self._execute(
             "ack_and_claim",
             _Q_ACK_AND_CLAIM,
-            (self._queue, *_delivery(key), worker_id, visibility, min_priority, _NOW),
+            (self._queue, *_delivery(key, lease), worker_id, visibility, min_priority, _NOW),
         )
         if not rows:
             raise lost(lease)
@@ -940,6 +1003,7 @@ class PostgresTransport:
                 lost_at.append(pos)
             else:
                 keyed.append((pos, key))
+        deliveries = [lease_delivery(leases[pos]) for pos, _key in keyed]
         if keyed:
             rows = self._execute(
                 "ack_many",
@@ -950,6 +1014,7 @@ class PostgresTransport:
                     [seq for _, (_g, _a, seq, _w) in keyed],
                     [attempt for _, (_g, attempt, _s, _w) in keyed],
                     [worker_id for _, (_g, _a, _s, worker_id) in keyed],
+                    deliveries,
                 ),
             )
             lost_at.extend(keyed[int(r[0]) - 1][0] for r in rows)
@@ -957,7 +1022,7 @@ class PostgresTransport:
 
 
 def _info(row: Tuple[Any, ...]) -> GroupInfo:
-    group_id, priority, messages, paused, lock_state, head_seq, worker, expires_at, attempt, last, reason = row
+    group_id, priority, messages, paused, lock_state, head_seq, worker, expires_at, attempt, last, reason, due = row
     if lock_state == _BURIED:
         # The buried delivery's worker and attempt, no end.
         return GroupInfo(group_id, int(priority), int(messages), "buried", bool(paused),
@@ -966,8 +1031,8 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
     if lock_state in _STATES:
         state = _STATES[lock_state]
         held: Tuple[Any, Any, Any] = (worker, float(expires_at), int(attempt))
-    else:
-        state = "paused" if paused else "ready"
+    else:  # free, or its head scheduled (lock_state 4; a paused one says "paused")
+        state = "paused" if paused else ("scheduled" if lock_state == _SCHEDULED else "ready")
         held = (None, None, None)
     return GroupInfo(
         group_id,
@@ -978,6 +1043,8 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
         None if head_seq is None else int(head_seq),
         *held,
         None if last is None else float(last),
+        None,
+        None if due is None else float(due),
     )
 
 
