@@ -395,3 +395,23 @@ class LaterRules(ContractBase):
         assert lease is not None, "the waiting claim returned None instead of the message"
         assert (lease.group_id, lease.seq, lease.attempt, lease.worker_id) == ("g", 1, 1, "waiter")
 
+
+    # -- the clock readings of a delayed publish ---------------------------------------
+
+    @requires("supports_later", LATER)
+    @requires("supports_control_plane", CONTROL)
+    def test_later_a_delayed_publish_applies_no_expiry(self, transport: Any, clock: ContractClock) -> None:
+        """A delayed publish reads the clock and moves the transport's time,
+        but applies no expiry (as ``nack(delay)``'s reading): a park that ran
+        out unseen is still a park that ``resume`` lifts (``True``) afterwards
+        (docs/decisions.md, "Clock readings that apply no expiry")."""
+        transport.publish("a", ["a1"])
+        lease = transport.claim("w", 30)
+        transport.nack(lease, 5)  # parked until 1005
+        clock.set(1010.0)  # the park ran out; nothing has looked since
+        assert transport.publish("b", ["b1"], delay=1.0) == 2
+        if self.supports_batches:
+            assert transport.publish_many([("c", ["c1"])], delay=1.0) == [3]
+        assert transport.resume("a") is True  # the park was still there to lift
+        assert transport.resume("a") is False
+        assert [(x.group_id, x.state) for x in transport.groups()][0] == ("a", "ready")

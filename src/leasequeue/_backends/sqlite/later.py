@@ -68,6 +68,17 @@ class LaterOnce:
 
     # ------------------------------------------------------------ later, once
 
+    def _publish_time(self, cur: Any, now: float) -> None:
+        """The time of a publish that read the clock (a delay, or a key with a
+        window): moved, with no expiry applied (docs/decisions.md, "Clock
+        readings that apply no expiry"), unless claims of this process wait:
+        then expiry is applied and they are topped up from it, as the
+        in-memory transports serve their waiting claims at that reading."""
+        if self._queue.waiters:
+            self._use_time(cur, now)
+        else:
+            cur.execute(_Q["use_time"], (now,))
+
     def _publish_later_once(self, group_id: str, event: Any, priority: int, delay: Any, key: Any) -> int:
         """``publish`` with ``delay``/``key`` not both defaults (``group_id`` and
         ``priority`` checked by the caller): checked, then one transaction."""
@@ -88,7 +99,7 @@ class LaterOnce:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 if now is not None:
-                    self._use_time(cur, now)
+                    self._publish_time(cur, now)
                 seq: Any = None
                 if key is not None:
                     cur.execute(_Q["drop_keys"])
@@ -139,7 +150,7 @@ class LaterOnce:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 if now is not None:
-                    self._use_time(cur, now)
+                    self._publish_time(cur, now)
                 if keyed:
                     cur.execute(_Q["drop_keys"])
                     cur.execute(_Q["defer_keys"])
