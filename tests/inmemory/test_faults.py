@@ -590,7 +590,7 @@ def test_memory_error_leaves_transport_consistent(impl: Any, shape: str) -> None
             while True:
                 seq = t.publish(("g%d" % count) if many else "g", None)
                 count = seq
-                if not count % 4096 and time.monotonic() > give_up:
+                if not count % 64 and time.monotonic() > give_up:
                     # at the limit the interpreter can crawl (small allocations trickle
                     # through page by page) instead of raising: nothing to test then
                     print("crawl", count)
