@@ -392,6 +392,10 @@ def test_a_child_after_fork_neither_inherits_nor_misuses_the_watch(tmp_path: Any
     waiting.start()
     _until(lambda: t._watcher._watch is not None, "the watch armed")
     fd = t._watcher._watch._fd  # type: ignore[union-attr]
+    # Fork once the watcher sleeps in the kernel (its settle re-checks are over):
+    # a fork while another thread is inside SQLite (a mutex held, e.g. the
+    # allocator's) can leave the child's first SQLite call waiting for ever.
+    time.sleep(SETTLE)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report through the exit code, never return into pytest
