@@ -47,7 +47,7 @@ def load_implementation(name: str) -> ModuleType:
 
 @pytest.fixture(scope="session", params=IMPLEMENTATIONS)
 def impl(request: pytest.FixtureRequest) -> ModuleType:
-    """The implementation module: ``leasequeue._backends.inmemory.transport_py`` or ``_inmemory_c``."""
+    """The implementation module: ``leasequeue._backends.inmemory.transport_py`` or ``transport_c``."""
     return load_implementation(request.param)
 
 

@@ -1,6 +1,6 @@
 """The worker runtime: :class:`Worker`, :class:`Retry` and the :class:`Job` a handler gets.
 
-What every user otherwise writes around a transport (SPEC Part 4, "The
+What every user otherwise writes around a transport (the contract, docs/contract.md, Part 4, "The
 worker"): a claim loop that waits instead of polling, one heartbeat for all
 the leases a worker holds, a retry policy that keeps a group's order, crash
 loop detection, graceful shutdown, outcome hooks, logging and optional
@@ -356,7 +356,7 @@ class Worker:
     ``batch`` (claim up to that many messages at once when several slots are
     free; 1 disables), ``signals`` (``None``: on the main thread only).
 
-    Honest attempts (SPEC Part 5): a failure's backoff is ``nack(lease,
+    Honest attempts (docs/contract.md, Part 5): a failure's backoff is ``nack(lease,
     delay)`` (it counts), a handler's :class:`RetryLater` is
     ``release(lease, delay)`` (it does not); both park the message and free
     the slot at once.  At shutdown, a message claimed but not started and an

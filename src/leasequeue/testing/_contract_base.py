@@ -249,15 +249,15 @@ class ContractBase:
     #: ``test_a_lease_rebuilt_from_its_fields`` checks which rebuilt leases
     #: are current.
     accepts_rebuilt_leases: bool = False
-    #: SPEC Part 5 "Later": ``publish(..., delay=)``, ``publish_many(...,
+    #: Part 5 of the contract (docs/contract.md), "Later": ``publish(..., delay=)``, ``publish_many(...,
     #: delay=)``, the ``"scheduled"`` state, ``GroupInfo.due_at``,
     #: ``stats().scheduled`` and ``Message.due_at``.
     supports_later: bool = True
-    #: SPEC Part 5 "Once": ``publish(..., key=)``, keyed ``publish_many``
+    #: Part 5 of the contract (docs/contract.md), "Once": ``publish(..., key=)``, keyed ``publish_many``
     #: items, ``Message.key`` and the constructor's ``dedup_window=``
     #: (``make_transport(clock, dedup_window=w)`` must then accept it).
     supports_once: bool = True
-    #: SPEC Part 5 "Honest attempts": ``release(lease, delay=0.0)``,
+    #: Part 5 of the contract (docs/contract.md), "Honest attempts": ``release(lease, delay=0.0)``,
     #: ``retry(group_id)`` and fencing by delivery (a lease of a closed
     #: delivery is never current again, whatever its ``attempt``).
     supports_release: bool = True

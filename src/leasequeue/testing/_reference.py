@@ -3,7 +3,7 @@
 This is the referee of the conformance kit.  It is the seed note's algorithm
 (``seed/000_a670dcc8f940ceb3.txt``) written as plainly as possible -- a list
 of message dicts, sorted on every claim -- with exactly the differences that
-SPEC.md names and the choices of ``docs/decisions.md``:
+the contract (``docs/contract.md``) names and the choices of ``docs/decisions.md``:
 
 * round-robin by the *order of claims* (a claim counter) instead of the
   ``last_claimed_at`` timestamp; never-claimed groups first (key 0), in the
