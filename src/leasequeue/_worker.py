@@ -150,7 +150,7 @@ class Retry:
       raises on attempt ``max_attempts`` exhausts it; a message claimed with
       ``attempt > max_attempts`` (its earlier deliveries failed, were buried,
       or ended without an outcome: a crash, a hang past the lease, a lost
-      connection) is buried without running (:class:`CrashLoop`).
+      connection) is buried without running (the bury reason is a ``CrashLoop``).
     - ``backoff``, ``factor``, ``max_delay``, ``jitter``: the delay before the
       next delivery after failed attempt ``n`` is ``backoff * factor ** (n - 1)``,
       capped at ``max_delay``, times a random factor in ``[1 - jitter, 1 + jitter]``
