@@ -276,17 +276,7 @@ def _durable_lease(
 ) -> Lease:
     """A lease with no owner token (as the public constructor builds it:
     the durable backends accept it by its fields) naming delivery ``delivery``."""
-    lease = _LeaseBuilder()
-    lease.seq = seq
-    lease.group_id = group_id
-    lease.event = event
-    lease.worker_id = worker_id
-    lease.expires_at = expires_at
-    lease.attempt = attempt
-    lease._owner = None
-    lease._delivery = delivery
-    lease.__class__ = Lease  # type: ignore[assignment]
-    return lease  # type: ignore[return-value]
+    return _issue(seq, group_id, event, worker_id, expires_at, attempt, None, delivery)
 
 
 def _issue(
