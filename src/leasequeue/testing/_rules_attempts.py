@@ -23,6 +23,7 @@ from .._errors import LeaseLost
 from .._types import PARKED
 from ._contract_base import ContractBase, ContractClock, MakeTransport, requires
 from ._reference import INT64_MIN
+from ._rules_core import _history_acked
 
 __all__ = ["AttemptRules"]
 
@@ -71,14 +72,6 @@ def _stale_released_and_redelivered(t: Any, clock: ContractClock) -> Any:
     return stale
 
 
-def _stale_acked(t: Any, clock: ContractClock) -> Any:
-    t.publish("g", "e")
-    t.publish("g", "f")
-    stale = t.claim("w1", 10)
-    t.ack(stale)
-    return stale
-
-
 def _stale_expired_and_reclaimed(t: Any, clock: ContractClock) -> Any:
     t.publish("g", "e")
     stale = t.claim("w1", 10)
@@ -91,7 +84,7 @@ _STALE = [
     pytest.param(_stale_released, id="released"),
     pytest.param(_stale_released_and_parked, id="released-and-parked"),
     pytest.param(_stale_released_and_redelivered, id="released-and-redelivered"),
-    pytest.param(_stale_acked, id="acked"),
+    pytest.param(_history_acked, id="acked"),
     pytest.param(_stale_expired_and_reclaimed, id="expired-and-reclaimed"),
 ]
 
