@@ -8,9 +8,10 @@ arguments here when ``conn`` is not None (docs/decisions.md,
 
 * **The connection.**  A ``sqlite3.Connection`` (else ``TypeError``), open
   (else ``ValueError``), whose ``main`` database is the transport's file:
-  the same resolved path or the same file (device and inode); a connection
-  to another file, to ``:memory:`` or to a temporary database is a
-  ``ValueError``.  All checked before anything is written.
+  the same path once symbolic links are resolved (SQLite resolves them too,
+  and names the WAL after the result).  A connection to another file, to
+  ``:memory:``, to a temporary database, or to a hard link of the file
+  (another name: another WAL, which would corrupt it) is a ``ValueError``.  All checked before anything is written.
 * **The transaction.**  The operation runs in the transaction the
   connection is in.  A connection in the driver's implicit-transaction mode
   (``isolation_level`` not None, the default) that is not in one yet gets
@@ -109,20 +110,15 @@ class InAppTransaction:
             raise  # another thread's connection: the driver's error
         cur = conn.cursor()
         cur.row_factory = None  # the cursor's own: the connection's setting is untouched
-        main = ""
-        for _number, name, file in cur.execute("PRAGMA database_list").fetchall():
-            if name == "main":
-                main = file or ""
+        # As bytes, whatever the connection's text_factory (its own setting).
+        row = cur.execute("SELECT CAST(file AS BLOB) FROM pragma_database_list WHERE name = 'main'").fetchone()
+        main = bytes(row[0]).decode("utf-8", "surrogateescape") if row is not None and row[0] else ""
         if not main:
             raise ValueError(
                 f"conn is a connection to an in-memory or temporary database, not to {self._path!r}: "
                 "open it on the transport's file"
             )
-        if not self._same_file(main):
-            raise ValueError(
-                f"conn is a connection to {main!r}, not to the transport's file {self._path!r}: "
-                "a transaction cannot span two SQLite files"
-            )
+        self._check_same_file(main)
         if not in_transaction and _autocommit(conn):
             raise ValueError(
                 "conn is in autocommit mode and not inside a transaction: the operation would commit at once; "
@@ -130,15 +126,26 @@ class InAppTransaction:
             )
         return cur, in_transaction
 
-    def _same_file(self, main: str) -> bool:
+    def _check_same_file(self, main: str) -> None:
+        """``ValueError`` unless ``main`` (the connection's main database, as
+        SQLite resolved it: symbolic links followed) is the transport's file."""
         real, device, inode = self._identity
         if os.path.realpath(main) == real:
-            return True
+            return
         try:
             st = os.stat(main)
         except OSError:
-            return False
-        return (st.st_dev, st.st_ino) == (device, inode)
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) == (device, inode):
+            raise ValueError(
+                f"conn is a connection to {main!r}, a hard link to the transport's file {self._path!r}: SQLite "
+                "names its WAL after the name it opened, so two names of one file must not be used at once; "
+                "open the connection on the transport's path"
+            )
+        raise ValueError(
+            f"conn is a connection to {main!r}, not to the transport's file {self._path!r}: "
+            "a transaction cannot span two SQLite files"
+        )
 
     def _in_app(self, cur: Any, in_transaction: bool, work: Callable[[Any], _T]) -> _T:
         """Run ``work(cur)`` in a savepoint of the application's transaction
