@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterator, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
@@ -45,7 +45,7 @@ def conn(path: str, t: SQLiteTransport) -> Iterator[sqlite3.Connection]:
     connection.close()
 
 
-def _env() -> dict:
+def _env() -> Dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 
 

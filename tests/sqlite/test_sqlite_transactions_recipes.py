@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Dict, Iterator
 
 import pytest
 
@@ -33,7 +33,7 @@ def test_the_pages_sqlite_examples_run_as_written(tmp_path: Path, monkeypatch: p
     blocks = re.findall(r"```python\n(.*?)```", _sqlite_section(), re.S)
     assert len(blocks) >= 2 and any("driver_connection" in b for b in blocks), "the SQLite recipes are gone"
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "docs_transactions_sqlite"}
+    namespace: Dict[str, Any] = {"__name__": "docs_transactions_sqlite"}
     try:
         for number, block in enumerate(blocks):
             exec(compile(block, f"docs/transactions.md (SQLite, example {number + 1})", "exec"), namespace)  # noqa: S102

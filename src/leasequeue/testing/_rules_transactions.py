@@ -22,7 +22,7 @@ a commit, once with the plain call (``fingerprint``: everything observable).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 
@@ -122,7 +122,7 @@ class TransactionRules(ContractBase):
         if flag is not None and not getattr(self, flag):
             pytest.skip(f"{type(self).__name__}.{flag} is False")
 
-    def seen_by_others(self, t: Any, groups: tuple = ("g", "h")) -> List[Any]:
+    def seen_by_others(self, t: Any, groups: Tuple[str, ...] = ("g", "h")) -> List[Any]:
         """What the transport shows while an application's transaction is
         open: ``len``, the groups' messages (``peek``), and, unless an open
         transaction blocks the transport's writes, ``stats()``."""
