@@ -14,8 +14,10 @@ a lease issued by one instance is used on another.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Callable
+import sqlite3
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -36,6 +38,19 @@ class TestSQLiteTransport(TransportContract):
     supports_later = True  # Part 5: publish(delay=), scheduled heads
     supports_once = True  # Part 5: publish(key=), dedup_window
     supports_release = True  # Part 5: release, retry, fencing by delivery
+    supports_transactions = True  # Part 5: conn=, the application's sqlite3 connection
+    transactions_block_writers = True  # one writer per file: an open write transaction holds it
+
+    @contextlib.contextmanager
+    def open_app_connection(self, transport: SQLiteTransport) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(transport.path, timeout=self.liveness_timeout)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def app_begin(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")  # the application's write transaction, its lock taken at once
 
     @pytest.fixture(autouse=True)
     def _directory(self, tmp_path: Any) -> None:

@@ -61,6 +61,7 @@ _CONTRACT_MODULES = [
         "_rules_later",
         "_rules_once",
         "_rules_attempts",
+        "_rules_transactions",
     )
 ]
 

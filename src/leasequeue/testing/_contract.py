@@ -15,6 +15,7 @@ from ._rules_core import CoreRules
 from ._rules_later import LaterRules
 from ._rules_once import OnceRules
 from ._rules_quarantine import QuarantineRules
+from ._rules_transactions import TransactionRules
 from ._rules_waiting import WaitingRules
 
 __all__ = ["TransportContract"]
@@ -32,6 +33,7 @@ class TransportContract(
     OnceRules,
     AttemptRules,
     Part5BadInputRules,
+    TransactionRules,
 ):
     """One test per rule of leasequeue's transport contract, for any transport.
 
@@ -81,11 +83,23 @@ class TransportContract(
       then a claim with a non-zero timeout (and ``aclaim``) returns None at
       once and every other call raises ``LeaseQueueError``.
 
-    And one flag that is False by default:
+    And flags that are False by default:
 
     * ``accepts_rebuilt_leases``: a lease is named by its fields, so one
       rebuilt from them (or issued by another instance on the same store)
       is current where they name the open delivery (a durable backend).
+    * ``supports_transactions``: ``publish``, ``publish_many``, ``ack``,
+      ``ack_many``, ``nack``, ``bury`` and ``release`` take ``conn=``, the
+      application's database connection, and run inside its transaction
+      (SPEC Part 5, "With the application's data").  The subclass then
+      implements ``open_app_connection(transport)`` (a context manager
+      yielding a new connection of the application's kind to the
+      transport's database) and, for connections that are not DB-API ones,
+      ``app_begin(conn)``, ``app_commit(conn)``, ``app_rollback(conn)``.
+    * ``transactions_block_writers``: with ``supports_transactions``, an
+      open application transaction blocks the transport's own writes
+      (SQLite): the rules then look only through ``len`` and ``peek`` while
+      it is open.
 
     Hooks: ``make_transport(clock, *, dedup_window=0.0)`` (required; an
     override taking ``clock`` alone serves every rule but the window rules

@@ -12,7 +12,7 @@ import functools
 import math
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar, cast
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, TypeVar, cast
 
 import pytest
 
@@ -261,6 +261,21 @@ class ContractBase:
     #: ``retry(group_id)`` and fencing by delivery (a lease of a closed
     #: delivery is never current again, whatever its ``attempt``).
     supports_release: bool = True
+    #: Part 5 of the contract (docs/contract.md), "With the application's
+    #: data": ``publish``, ``publish_many``, ``ack``, ``ack_many``, ``nack``,
+    #: ``bury`` and ``release`` take ``conn=``, the application's database
+    #: connection, and run inside its transaction.  False by default (the
+    #: in-memory transports have no database); a backend that sets it True
+    #: implements ``open_app_connection`` (and, if its connections are not
+    #: DB-API ones, ``app_begin`` / ``app_commit`` / ``app_rollback``).
+    supports_transactions: bool = False
+    #: With ``supports_transactions``: True when an open application
+    #: transaction that wrote blocks the transport's own writes until it ends
+    #: (SQLite: one writer per file).  The rules then look at the transport,
+    #: while the transaction is open, only through calls that never write
+    #: (``len``, and ``peek`` with ``supports_quarantine``); with False they
+    #: also check ``stats()`` and that a claim gets nothing.
+    transactions_block_writers: bool = False
 
     # -- patience -----------------------------------------------------------
 
@@ -304,6 +319,30 @@ class ContractBase:
         a database file, drop a schema, stop a server, ...
         """
         transport.close()
+
+    # -- hooks of supports_transactions ----------------------------------------
+
+    def open_app_connection(self, transport: Any) -> ContextManager[Any]:
+        """A context manager yielding a new connection of the application's
+        kind to ``transport``'s database (SQLite: a ``sqlite3.Connection`` to
+        its file; PostgreSQL: a psycopg ``Connection`` to its database), and
+        closing it at exit.  Needed only with ``supports_transactions``."""
+        raise NotImplementedError(
+            f"{type(self).__name__}.supports_transactions is True: override open_app_connection(self, transport)"
+        )
+
+    def app_begin(self, conn: Any) -> None:
+        """Start the application's transaction on ``conn``.  The default does
+        nothing: a DB-API connection (not in autocommit mode) opens one by
+        itself at its first statement."""
+
+    def app_commit(self, conn: Any) -> None:
+        """Commit the application's transaction (default ``conn.commit()``)."""
+        conn.commit()
+
+    def app_rollback(self, conn: Any) -> None:
+        """Roll the application's transaction back (default ``conn.rollback()``)."""
+        conn.rollback()
 
     # -- fixtures --------------------------------------------------------------
 

@@ -30,6 +30,7 @@ delay or a key keeps its one-statement path in ``transport.py``).
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..._validation import check_duration, check_id, check_key
@@ -65,6 +66,8 @@ class LaterOnce:
     _signal: Callable[[Any], List[Callable[[], None]]]
     _unusable: Callable[[], Exception]
     _cur: Any
+    _publish_in_app: Callable[..., List[int]]
+    _settle_in_app: Callable[..., None]
 
     # ------------------------------------------------------------ later, once
 
@@ -79,11 +82,18 @@ class LaterOnce:
         else:
             cur.execute(_Q["use_time"], (now,))
 
-    def _publish_later_once(self, group_id: str, event: Any, priority: int, delay: Any, key: Any) -> int:
-        """``publish`` with ``delay``/``key`` not both defaults (``group_id`` and
-        ``priority`` checked by the caller): checked, then one transaction."""
+    def _publish_later_once(
+        self, group_id: str, event: Any, priority: int, delay: Any, key: Any, conn: Any = None
+    ) -> int:
+        """``publish`` with ``delay``/``key`` not both defaults, or with ``conn``
+        (``group_id`` and ``priority`` checked by the caller): checked, then
+        one transaction (the application's, with ``conn``: ``appconn.py``)."""
         delay = check_duration(delay, "delay")
         key = check_key(key)
+        if conn is not None:
+            rows = [(group_id, priority, self._serialize(event), key)]
+            now_needed = delay > 0.0 or (key is not None and self._dedup_window > 0.0)
+            return self._publish_in_app(conn, rows, delay, now_needed)[0]
         if delay == 0.0 and key is None:
             return self.publish(group_id, event, priority)  # type: ignore[attr-defined]
         data = self._serialize(event)
@@ -209,17 +219,23 @@ class LaterOnce:
 
     # ------------------------------------------------------------ honest attempts
 
-    def release(self, lease: Any, delay: float = 0.0) -> None:
+    def release(self, lease: Any, delay: float = 0.0, *, conn: Optional[sqlite3.Connection] = None) -> None:
         """Hand a delivery back without counting it: exactly ``nack(lease,
         delay)`` (free now, or parked ``delay`` seconds; the round-robin key and
         the wake-ups as ``nack``), then the message's attempt count is
         ``lease.attempt - 1``, so its next delivery carries this one's attempt.
 
         ``LeaseLost`` if the lease is not current; nothing changes then.
+        ``conn``: the application's ``sqlite3.Connection`` to this file: the
+        release is part of its transaction (``appconn.py``).
         """
         check_lease(lease)
         delay = check_duration(delay, "delay")
         now = self._now() if delay > 0.0 else None
+        if conn is not None:
+            if now is None:
+                return self._settle_in_app(conn, lease, [("release_now", ())], "release_now")
+            return self._settle_in_app(conn, lease, [("park_time", (now,)), ("release_park", (delay,))], "release_park")
         if now is None and self._cur is None:
             raise self._unusable()
         key = fence(lease)

@@ -71,6 +71,7 @@ from ..._errors import LeaseQueueError
 from ..durable import LEASE_TYPES as _LEASE_TYPES
 from ..durable import check_lease as _check_lease
 from ..durable import decoded_lease, issue
+from .appconn import InAppTransaction, file_identity
 from .later import LaterOnce
 from .later import fence as _fence
 from ..durable import lost as _lost
@@ -352,7 +353,7 @@ _MAIN_THREAD_SLICE = 0.05
 # ---------------------------------------------------------------- transport
 
 
-class SQLiteTransport(LaterOnce):
+class SQLiteTransport(LaterOnce, InAppTransaction):
     """The transport contract in a SQLite database file, shared by processes.
 
     ``path``: the database file (created if missing; its directory must
@@ -431,6 +432,7 @@ class SQLiteTransport(LaterOnce):
         self._data_version: Optional[int] = None
         self._next_expiry: Optional[float] = None
         conn = _open(path, durable, busy_timeout)
+        self._identity = file_identity(path)  # what an application's conn= must be connected to
         self._conn = conn
         self._cur = conn.cursor()
         _LIVE.add(self)
@@ -501,7 +503,14 @@ class SQLiteTransport(LaterOnce):
     # ------------------------------------------------------------ Part 1
 
     def publish(
-        self, group_id: str, event: Any, priority: int = 0, *, delay: float = _NO_DELAY, key: Optional[str] = None
+        self,
+        group_id: str,
+        event: Any,
+        priority: int = 0,
+        *,
+        delay: float = _NO_DELAY,
+        key: Optional[str] = None,
+        conn: Optional[sqlite3.Connection] = None,
     ) -> int:
         """Append ``event`` to group ``group_id``; return its sequence number.
 
@@ -511,14 +520,17 @@ class SQLiteTransport(LaterOnce):
         waits behind it while it is the head).  ``key``: if the key is held in
         the group (its message is stored, or was published less than
         ``dedup_window`` ago), nothing is published and the holder's seq is
-        returned (SPEC Part 5, ``later.py``).
+        returned (SPEC Part 5, ``later.py``).  ``conn``: the application's
+        ``sqlite3.Connection`` to this file: the publish is part of its
+        transaction, visible to others when it commits, gone if it rolls
+        back (``appconn.py``; docs/transactions.md).
         """
         if type(group_id) is not str:
             group_id = check_id(group_id, "group_id")
         if type(priority) is not int or not INT64_MIN <= priority <= INT64_MAX:
             priority = check_priority(priority, "priority")
-        if delay is not _NO_DELAY or key is not None:
-            return self._publish_later_once(group_id, event, priority, delay, key)
+        if delay is not _NO_DELAY or key is not None or conn is not None:
+            return self._publish_later_once(group_id, event, priority, delay, key, conn)
         data = self._serialize(event)
         wakes: Any = ()
         with self._lock:
@@ -590,15 +602,19 @@ class SQLiteTransport(LaterOnce):
             self._unclaim(rows, worker_id)  # interrupted before the caller got the lease
             raise
 
-    def ack(self, lease: Any) -> None:
+    def ack(self, lease: Any, *, conn: Optional[sqlite3.Connection] = None) -> None:
         """Done: remove the leased message; its group may serve its next one.
 
         An emptied group is forgotten (unless paused).  ``LeaseLost`` if the
         lease is not current; an expired lease whose message nobody has
-        claimed since is accepted.
+        claimed since is accepted.  ``conn``: the application's connection to
+        this file: the ack is part of its transaction (done when it commits;
+        the lease stays current if it rolls back).
         """
         if type(lease) not in _LEASE_TYPES:
             _check_lease(lease)
+        if conn is not None:
+            return self._settle_in_app(conn, lease, [("ack", ())], "ack")
         key = _fence(lease)
         wakes: Any = ()
         done = False
@@ -622,16 +638,20 @@ class SQLiteTransport(LaterOnce):
         if wakes:
             call_all(wakes)
 
-    def nack(self, lease: Any, delay: float = 0.0) -> None:
+    def nack(self, lease: Any, delay: float = 0.0, *, conn: Optional[sqlite3.Connection] = None) -> None:
         """Give the message back: retry now (``delay == 0``) or park it.
 
         ``delay > 0`` parks it until ``now + delay``, blocking its group.
         The group keeps its round-robin position.  ``LeaseLost`` if the
-        lease is not current.
+        lease is not current.  ``conn``: as ``ack``'s.
         """
         _check_lease(lease)
         delay = check_duration(delay, "delay")
         now = self._now() if delay > 0.0 else 0.0
+        if conn is not None:
+            if delay == 0.0:
+                return self._settle_in_app(conn, lease, [("nack_now", ())], "nack_now")
+            return self._settle_in_app(conn, lease, [("park_time", (now,)), ("park", (delay,))], "park")
         key = _fence(lease)
         wakes: Any = ()
         with self._lock:
@@ -987,7 +1007,7 @@ class SQLiteTransport(LaterOnce):
 
     # ------------------------------------------------------------ Part 4: quarantine
 
-    def bury(self, lease: Any, reason: str = "") -> None:
+    def bury(self, lease: Any, reason: str = "", *, conn: Optional[sqlite3.Connection] = None) -> None:
         """Quarantine the lease's group: the delivery ends, its message stays
         at the group's head, and no claim serves the group until
         ``resume(group_id)`` (the same message again, attempt + 1) or
@@ -995,6 +1015,7 @@ class SQLiteTransport(LaterOnce):
         order.  ``reason`` (a ``str``) is kept with the group (``group()``).
 
         ``LeaseLost`` if the lease is not current; nothing changes then.
+        ``conn``: as ``ack``'s.
         """
         if type(lease) not in _LEASE_TYPES:
             _check_lease(lease)
@@ -1002,6 +1023,10 @@ class SQLiteTransport(LaterOnce):
             if not isinstance(reason, str):
                 raise TypeError(f"reason must be a str, not {type(reason).__name__}")
             reason = str.__str__(reason)
+        if conn is not None:
+            return self._settle_in_app(
+                conn, lease, [("bury_count", ()), ("bury", (reason,))], "bury", (("count_buried", (1,)),)
+            )
         key = _fence(lease)
         with self._lock:
             cur = self._cursor()
@@ -1100,7 +1125,9 @@ class SQLiteTransport(LaterOnce):
 
     # ------------------------------------------------------------ Part 2: batches
 
-    def publish_many(self, items: Iterable[Any], *, delay: float = 0.0) -> List[int]:
+    def publish_many(
+        self, items: Iterable[Any], *, delay: float = 0.0, conn: Optional[sqlite3.Connection] = None
+    ) -> List[int]:
         """Publish ``(group_id, event[, priority[, key]])`` items in one
         transaction; returns their seqs (the new messages' consecutive, in
         item order; an item whose key is held, or repeats an earlier item's
@@ -1108,12 +1135,19 @@ class SQLiteTransport(LaterOnce):
         ``delay``: as ``publish``'s, for every item.
 
         Every item is validated, then ``delay``, then every event serialized:
-        one bad item raises and nothing is published.
+        one bad item raises and nothing is published.  ``conn``: as
+        ``publish``'s (the items are published one by one in its transaction).
         """
         checked = [check_keyed_item(item) for item in list(items)]
         if type(delay) is not float or delay:
             delay = check_duration(delay, "delay")
         rows = [(group_id, priority, self._serialize(event), key) for group_id, event, priority, key in checked]
+        if conn is not None:
+            if not rows:
+                self._app_cursor(conn)  # checked all the same
+                return []
+            keyed = any(row[3] is not None for row in rows)
+            return self._publish_in_app(conn, rows, delay, delay > 0.0 or (keyed and self._dedup_window > 0.0))
         if not rows:
             if self._cur is None:
                 raise self._unusable()
@@ -1188,12 +1222,15 @@ class SQLiteTransport(LaterOnce):
             raise failed
         return leases
 
-    def ack_many(self, leases: Iterable[Any]) -> List[Any]:
+    def ack_many(self, leases: Iterable[Any], *, conn: Optional[sqlite3.Connection] = None) -> List[Any]:
         """Ack each current lease, in order, in one transaction; returns the
-        leases that were not current (it never raises ``LeaseLost``)."""
+        leases that were not current (it never raises ``LeaseLost``).
+        ``conn``: as ``ack``'s (all of them in the application's transaction)."""
         leases = list(leases)
         for lease in leases:
             _check_lease(lease)
+        if conn is not None:
+            return self._ack_many_in_app(conn, leases)
         lost = []
         claimable = []
         wakes: Any = ()
