@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 
 from ._errors import LeaseLost
 from ._protocol import Transport
+from ._serializers import EventDecodeError
 
 __all__ = ["OUTCOMES", "CrashLoop", "Job", "Retry", "RetryLater", "Worker"]
 
@@ -616,7 +617,7 @@ class Worker:
             elif action == _BURY:
                 t.bury(lease, arg)
                 self.logger.warning("group %r buried at seq %d: %s", job.group_id, job.seq, arg,
-                                    exc_info=error if not isinstance(error, CrashLoop) else None)
+                                    exc_info=error if not isinstance(error, (CrashLoop, EventDecodeError)) else None)
                 self._emit("buried", job, error, slot)
             elif action == _SKIP:
                 dead_letter = self.retry.dead_letter
@@ -646,6 +647,26 @@ class Worker:
                 self._emit("handed_back", job, None, slot)
         except Exception as exc:
             self._failed(job, exc)
+
+    def _undecodable(self, exc: EventDecodeError, slot: int = -1) -> None:
+        """A claim raised ``EventDecodeError``: a poison message like any
+        other (docs/contract.md, Part 5, "Operating it").  Its group is buried
+        with the decode error as the reason (counted and hooked as
+        ``buried``; never run, never claimed again in a loop).  The other
+        leases of a ``claim_many`` batch are handed back uncounted
+        (``release``): the next claim serves them (any other undecodable one
+        is buried then)."""
+        bad = exc.lease
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        reason = f"undecodable event: {_error_name(cause)} (attempt {bad.attempt})"
+        if len(reason) > _MAX_REASON:
+            reason = reason[: _MAX_REASON - 1] + "…"
+        job = Job(self, bad)
+        job._finished = True
+        self._apply(job, _BURY, reason, exc, slot)
+        for lease in exc.leases:
+            if lease is not bad:
+                self._handback(lease)
 
     def _give_back(self, lease: Any, delay: float) -> None:
         """Hand a delivery back uncounted (``release``), or with ``nack`` on a
@@ -846,16 +867,12 @@ class Worker:
                                         following = ack_and_claim(job.lease, wid, vis, floor)
                                 except LeaseLost as exc:
                                     self._failed(job, exc)  # nothing acked, nothing claimed
+                                except EventDecodeError as exc:
+                                    # The ack stood; the claim's message does not decode: bury its group.
+                                    mine[1] += 1
+                                    self._undecodable(exc, index)
                                 except Exception as exc:
-                                    from ._serializers import EventDecodeError  # loaded by any decoding backend
-
-                                    if isinstance(exc, EventDecodeError):
-                                        # The ack stood; the claim's message does not decode (its
-                                        # lease runs out, as a failed claim's would).
-                                        mine[1] += 1
-                                        self.logger.error("claim failed (%s)", _error_name(exc))
-                                    else:
-                                        self._failed(job, exc)
+                                    self._failed(job, exc)
                                 else:
                                     mine[1] += 1  # succeeded
                     else:
@@ -868,12 +885,7 @@ class Worker:
                     if following is not _STOP:
                         lease = following
                         continue
-                    try:
-                        lease = claim(wid, vis, floor)
-                    except Exception as exc:
-                        if not self._stopping and not getattr(t, "closed", False):
-                            self.logger.error("claim failed (%s)", _error_name(exc))
-                        lease = None
+                    lease = self._claim_here(claim, wid, index)
                 if self._stopping:
                     # Drain what the claimer handed over meanwhile.
                     continue
@@ -884,6 +896,22 @@ class Worker:
         finally:
             current[index] = None
             state.exited()
+
+    def _claim_here(self, claim: Callable[..., Any], wid: str, slot: int) -> Any:
+        """A slot's claim without waiting: the lease or ``None``.  A message
+        whose event does not decode is buried and the slot claims again."""
+        t = self.transport
+        while True:
+            try:
+                return claim(wid, self.visibility, self.min_priority)
+            except EventDecodeError as exc:
+                self._undecodable(exc, slot)
+                if self._stopping:
+                    return None
+            except Exception as exc:
+                if not self._stopping and not getattr(t, "closed", False):
+                    self.logger.error("claim failed (%s)", _error_name(exc))
+                return None
 
     def _handback(self, lease: Any) -> None:
         job = Job(self, lease)
@@ -949,6 +977,9 @@ class Worker:
                 if extra > 0:
                     try:
                         more = t.claim_many(wid, vis, extra, floor)
+                    except EventDecodeError as exc:
+                        more = []
+                        await self._acall(self._undecodable, exc)
                     except Exception:
                         more = []
                     for lease in more:
@@ -1013,6 +1044,11 @@ class Worker:
             if self._stopping:
                 return _STOP
             raise
+        except EventDecodeError as exc:
+            # A poison message: bury its group and claim again at once.
+            claim_task[0] = None
+            await self._acall(self._undecodable, exc)
+            return None
         except Exception as exc:
             if getattr(t, "closed", False):
                 return _STOP
@@ -1040,15 +1076,22 @@ class Worker:
             await self._arun_job(lease)
             if self._stopping:
                 return
-            try:
-                if self._inline:  # the in-memory transport: a plain call, no coroutine
-                    lease = t.claim(wid, self.visibility, self.min_priority)
-                else:
-                    lease = await self._acall(t.claim, wid, self.visibility, self.min_priority)
-            except Exception as exc:
-                if not self._stopping and not getattr(t, "closed", False):
-                    self.logger.error("claim failed (%s)", _error_name(exc))
-                return
+            while True:
+                try:
+                    if self._inline:  # the in-memory transport: a plain call, no coroutine
+                        lease = t.claim(wid, self.visibility, self.min_priority)
+                    else:
+                        lease = await self._acall(t.claim, wid, self.visibility, self.min_priority)
+                except EventDecodeError as exc:
+                    await self._acall(self._undecodable, exc)  # buried: claim again at once
+                    if self._stopping:
+                        return
+                    continue
+                except Exception as exc:
+                    if not self._stopping and not getattr(t, "closed", False):
+                        self.logger.error("claim failed (%s)", _error_name(exc))
+                    return
+                break
 
     async def _arun_job(self, lease: Any) -> None:
         job = Job(self, lease)
@@ -1173,6 +1216,8 @@ class Worker:
                 if extra > 0 and not self._stopping:
                     try:
                         leases += await self._acall(t.claim_many, wid, vis, extra, floor)
+                    except EventDecodeError as exc:
+                        await self._acall(self._undecodable, exc)
                     except Exception:
                         pass
                 for lease in leases:

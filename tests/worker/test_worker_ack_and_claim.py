@@ -151,11 +151,12 @@ def test_a_job_that_ends_after_stop_is_acked_alone(backend: Any, start: Any) -> 
     assert (lease.event, lease.attempt) == (("g0", 1), 1)
 
 
-def test_an_undecodable_next_message_leaves_the_ack_counted(sqlite_backend: Any, start: Any,
-                                                           caplog: Any) -> None:
+def test_an_undecodable_next_message_leaves_the_ack_counted_and_is_buried(sqlite_backend: Any, start: Any,
+                                                                          caplog: Any) -> None:
     """The ack stood and the claim's message does not decode: the job counts
-    as succeeded, the failed claim is logged, and the undecodable message
-    stays leased until its lease runs out (as after a failed claim)."""
+    as succeeded, and the undecodable message is a poison message (Part 5,
+    "Operating it"): its group is buried with the decode error as the reason
+    and counted as buried, not left leased to come back again."""
     t = sqlite_backend.make()
     publish(t, 1, 2)
     with sqlite3.connect(sqlite_backend.path) as db:
@@ -163,16 +164,16 @@ def test_an_undecodable_next_message_leaves_the_ack_counted(sqlite_backend: Any,
     counting = Counting(t)
     seen: List[Any] = []
     w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
-    with caplog.at_level(logging.ERROR, logger="leasequeue.worker"):
+    with caplog.at_level(logging.WARNING, logger="leasequeue.worker"):
         running = start(w, "threads")
-        wait_until(lambda: w.counts["succeeded"] == 1 and counting.calls["ack_and_claim"] == 1, timeout=30)
-        time.sleep(0.05)
+        wait_until(lambda: w.counts["succeeded"] == 1 and w.counts["buried"] == 1, timeout=30)
         running.stop()
     assert seen == [("g0", 0)] and w.counts["succeeded"] == 1
-    assert counting.calls["ack"] == 0
-    assert any("claim failed (EventDecodeError" in r.getMessage() for r in caplog.records), caplog.text
+    assert counting.calls["ack_and_claim"] == 1 and counting.calls["ack"] == 0
+    assert any("buried at seq 2: undecodable event: " in r.getMessage() for r in caplog.records), caplog.text
     info = t.group("g0")
-    assert (info.state, info.head_seq, info.attempt, info.messages) == ("leased", 2, 1, 1)
+    assert (info.state, info.head_seq, info.attempt, info.messages) == ("buried", 2, 1, 1)
+    assert info.reason is not None and info.reason.startswith("undecodable event: UnpicklingError"), info.reason
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
