@@ -38,6 +38,7 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 
 from ._errors import LeaseLost
@@ -82,6 +83,16 @@ def _check_number(value: Any, name: str, *, minimum: float = 0.0, finite: bool =
         raise ValueError(f"{name} must be >= {minimum:g}, not {value!r}")
     if finite and math.isinf(value):
         raise ValueError(f"{name} must be finite, not {value!r}")
+    return value
+
+
+def _check_positive(value: Any, name: str) -> float:
+    """A finite number > 0 (one message for 0, a negative number, NaN and inf)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    value = float(value)
+    if not (0.0 < value < math.inf):
+        raise ValueError(f"{name} must be > 0 and finite, not {value!r}")
     return value
 
 
@@ -202,6 +213,9 @@ class Retry:
             raise TypeError(f"dead_letter must be callable, not {type(dead_letter).__name__}")
         if dead_letter is not None and exhausted != "skip":
             raise ValueError("dead_letter is called only with exhausted='skip'")
+        if exhausted == "skip" and dead_letter is None:
+            warnings.warn("Retry(exhausted='skip') without dead_letter drops exhausted messages (acked, with "
+                          "only a log line); pass dead_letter=f to keep them", UserWarning, stacklevel=2)
         self.exhausted = exhausted
         self.dead_letter = dead_letter
         self._random = random.Random()
@@ -395,9 +409,7 @@ class Worker:
         self.handler = handler
         self.is_async = _is_async(handler)
         self.concurrency = _check_int(concurrency, "concurrency", 1)
-        self.visibility = _check_number(visibility, "visibility", finite=True)
-        if self.visibility <= 0.0:
-            raise ValueError("visibility must be > 0")
+        self.visibility = _check_positive(visibility, "visibility")
         if retry is None:
             retry = Retry()
         if not isinstance(retry, Retry):
@@ -543,6 +555,10 @@ class Worker:
         if self._started_run:
             raise RuntimeError("a Worker runs once; make a new one")
         self._started_run = True
+        if self._signals and threading.current_thread() is not threading.main_thread():
+            warnings.warn("Worker(signals=True) runs off the main thread, where Python cannot install signal "
+                          "handlers: SIGTERM/SIGINT will not stop it; stop it with worker.stop() (see docs/worker.md, "
+                          "'A worker inside an application')", RuntimeWarning, stacklevel=3)
 
     def _emit(self, outcome: str, job: Job, error: Optional[BaseException], slot: int = -1) -> None:
         if slot >= 0:

@@ -1,0 +1,122 @@
+"""Small edges of the worker's options (issue 31): one message for a
+``visibility`` that is not > 0, a warning for ``exhausted="skip"`` without a
+dead letter, a warning for ``signals=True`` off the main thread (and the
+embedded pattern: a worker on its own thread stopped by ``stop()``), and
+``drain_timeout=inf``."""
+
+from __future__ import annotations
+
+import math
+import threading
+import warnings
+from typing import Any, List
+
+import pytest
+from worker_helpers import wait_until
+
+from leasequeue import Job, Retry, Worker
+
+
+def _h(job: Job) -> None:
+    pass
+
+
+@pytest.mark.parametrize("visibility", [0, 0.0, -1, -0.5, math.nan, math.inf])
+def test_visibility_not_above_zero_says_must_be_above_zero(inmemory: Any, visibility: float) -> None:
+    t = inmemory.make()
+    with pytest.raises(ValueError, match=r"^visibility must be > 0 and finite, not "):
+        Worker(t, _h, visibility=visibility)
+
+
+def test_exhausted_skip_without_dead_letter_warns_at_construction() -> None:
+    with pytest.warns(UserWarning, match="drops exhausted messages.*dead_letter"):
+        policy = Retry(max_attempts=1, exhausted="skip")
+    assert policy.exhausted == "skip" and policy.dead_letter is None  # still built: a warning, not an error
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Retry(exhausted="skip", dead_letter=lambda job, error: None)
+        Retry(exhausted="bury")
+        Retry(exhausted=lambda job, error: "skip")
+
+
+def test_signals_true_off_the_main_thread_warns_once_and_stop_still_works(inmemory: Any) -> None:
+    t = inmemory.make()
+    done: List[Any] = []
+    caught: List[warnings.WarningMessage] = []
+    errors: List[BaseException] = []
+    w = Worker(t, lambda job: done.append(job.event), signals=True, visibility=5.0)
+
+    def target() -> None:
+        try:
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter("always")
+                w.run()
+            caught.extend(got)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    t.publish("g", 1)
+    wait_until(lambda: done == [1])
+    w.stop()
+    th.join(10)
+    assert not th.is_alive() and not errors
+    runtime = [c for c in caught if issubclass(c.category, RuntimeWarning)]
+    assert len(runtime) == 1, [str(c.message) for c in caught]
+    assert "signals=True" in str(runtime[0].message) and "worker.stop()" in str(runtime[0].message)
+    assert runtime[0].filename == __file__  # points at the run() call
+
+
+def test_signals_default_off_the_main_thread_does_not_warn(inmemory: Any) -> None:
+    t = inmemory.make()
+    caught: List[warnings.WarningMessage] = []
+    w = Worker(t, _h, visibility=5.0)
+
+    def target() -> None:
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            w.run()
+        caught.extend(got)
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    wait_until(lambda: w._loop is not None)
+    w.stop()
+    th.join(10)
+    assert not th.is_alive()
+    assert not [c for c in caught if issubclass(c.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_drain_timeout_inf_waits_for_the_running_handler(inmemory: Any, start: Any, runner: str) -> None:
+    t = inmemory.make()
+    release = threading.Event()
+    began = threading.Event()
+    finished: List[Any] = []
+    if runner == "threads":
+        def handler(job: Job) -> None:
+            began.set()
+            release.wait(10)
+            finished.append(job.event)
+    else:
+        import asyncio
+
+        async def handler(job: Job) -> None:  # type: ignore[misc]
+            began.set()
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+            finished.append(job.event)
+
+    w = Worker(t, handler, drain_timeout=float("inf"), visibility=5.0)
+    assert w.drain_timeout == math.inf
+    running = start(w, runner)
+    t.publish("g", 1)
+    assert began.wait(10)
+    w.stop()
+    running.thread.join(0.3)
+    assert running.thread.is_alive(), "an infinite drain_timeout did not wait"
+    release.set()
+    running.join()
+    assert finished == [1] and w.counts["succeeded"] == 1 and w.counts["handed_back"] == 0
+    assert len(t) == 0
