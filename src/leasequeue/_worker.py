@@ -65,6 +65,10 @@ _STOP = object()
 # (it ran: its delivery counts).
 _ACK, _RETRY, _DEFER, _BURY, _SKIP, _HANDBACK, _RETURN = range(7)
 
+# Job._acked: the handler acked (it stands), or acked on its own connection
+# (it stands if the application's transaction commits).
+_ACKED, _ACKED_IN_TX = 1, 2
+
 # Transports whose calls never block beyond a lock (the in-memory twins,
 # leasequeue._backends.inmemory.*): called directly from the event loop.
 
@@ -251,9 +255,13 @@ class Job:
     was lost (the group was purged, or the lease ran out and another worker
     took the message): stop work, the outcome will not be recorded.
     ``worker`` is the :class:`Worker`; ``transport`` its transport.
+
+    A handler may settle its delivery itself with :meth:`ack` (``conn=``:
+    inside its own database transaction, with its work); the worker then
+    records ``succeeded`` and leaves that ack alone.
     """
 
-    __slots__ = ("lease", "lost", "worker", "_finished", "_task")
+    __slots__ = ("lease", "lost", "worker", "_finished", "_task", "_acked")
 
     def __init__(self, worker: "Worker", lease: Any) -> None:
         self.worker = worker
@@ -261,6 +269,64 @@ class Job:
         self.lost = False
         self._finished = False
         self._task: Optional["asyncio.Task[Any]"] = None
+        #: 0: not acked by the handler; _ACKED: acked (it stands); _ACKED_IN_TX:
+        #: acked on the application's connection (it stands if that transaction commits).
+        self._acked = 0
+
+    def ack(self, conn: Any = None) -> None:
+        """Ack this delivery now, from the handler: ``transport.ack(lease)``,
+        or ``transport.ack(lease, conn=conn)`` on the application's own
+        database connection (a durable transport; the ack is then part of the
+        transaction the application holds on ``conn``, and takes effect when
+        it commits).  The worker records the job as ``succeeded`` and does not
+        ack it again.
+
+        Raises what the transport's ``ack`` raises (``LeaseLost``: the lease
+        is not current; nothing is recorded, the job is not marked acked),
+        ``RuntimeError`` if this job was already acked or its outcome was
+        already recorded.  If the handler raises after a plain ``ack()``, the
+        ack stands: the worker logs the error and records ``succeeded``
+        (the ``succeeded`` hooks get the error).  After ``ack(conn=...)``, the
+        worker cannot know whether that transaction committed: it records the
+        failure as usual (retry, bury, ...) and, when the transport answers
+        ``LeaseLost`` because the ack did commit, ``succeeded`` as above.
+        """
+        self._check_ackable()
+        lease = self.lease
+        if conn is None:
+            self.worker.transport.ack(lease)
+            self._acked = _ACKED
+        else:
+            self.worker.transport.ack(lease, conn=conn)
+            self._acked = _ACKED_IN_TX
+
+    async def aack(self, conn: Any = None) -> None:
+        """:meth:`ack` for an ``async def`` handler: ``transport.aack(lease,
+        conn=conn)`` when the transport has ``aack`` (PostgreSQL: ``conn`` an
+        ``AsyncConnection``), else ``ack`` off the event loop (in memory: a
+        plain call)."""
+        self._check_ackable()
+        t = self.worker.transport
+        lease = self.lease
+        aack = getattr(t, "aack", None)
+        if aack is not None:
+            await (aack(lease) if conn is None else aack(lease, conn=conn))
+        elif conn is None:
+            await self.worker._acall(t.ack, lease)
+        else:
+            await self.worker._acall(functools.partial(t.ack, lease, conn=conn))
+        self._acked = _ACKED if conn is None else _ACKED_IN_TX
+
+    def _check_ackable(self) -> None:
+        if self._acked:
+            raise RuntimeError(f"{self!r} was already acked")
+        if self._finished:
+            raise RuntimeError(f"{self!r}: the worker has already recorded its outcome")
+
+    @property
+    def acked(self) -> bool:
+        """True once the handler acked this delivery itself (:meth:`ack`)."""
+        return self._acked != 0
 
     @property
     def event(self) -> Any:
@@ -619,6 +685,14 @@ class Worker:
     def _apply(self, job: Job, action: int, arg: Any, error: Optional[BaseException], slot: int = -1) -> None:
         """Record the outcome with the transport (sync: called from a slot
         thread, the loop, or the I/O pool)."""
+        acked = job._acked
+        if acked:
+            if action == _ACK:  # the handler acked: leave that ack alone
+                self._emit("succeeded", job, None, slot)
+                return
+            if acked == _ACKED:
+                self._acked_then_failed(job, error, slot)
+                return
         t = self.transport
         lease = job.lease
         try:
@@ -662,7 +736,19 @@ class Worker:
                 t.nack(lease, 0.0)
                 self._emit("handed_back", job, None, slot)
         except Exception as exc:
-            self._failed(job, exc)
+            if acked and isinstance(exc, LeaseLost):
+                self._acked_then_failed(job, error, slot)  # the handler's transaction committed its ack
+            else:
+                self._failed(job, exc)
+
+    def _acked_then_failed(self, job: Job, error: Optional[BaseException], slot: int) -> None:
+        """The handler acked its delivery (``job.ack``), then raised: the ack
+        stands, so the job succeeded; the error is logged and given to the
+        ``succeeded`` hooks."""
+        self.logger.error("job %r seq %d attempt %d raised after its handler acked it (%s): the ack stands",
+                          job.group_id, job.seq, job.attempt, _error_name(error) if error else "handed back",
+                          exc_info=error if isinstance(error, Exception) else None)
+        self._emit("succeeded", job, error, slot)
 
     def _undecodable(self, exc: EventDecodeError, slot: int = -1) -> None:
         """A claim raised ``EventDecodeError``: a poison message like any
@@ -731,12 +817,12 @@ class Worker:
         """One heartbeat: extend every held lease (sync)."""
         t, vis = self.transport, self.visibility
         for job in list(self._held) + [j for j in self._current if j is not None]:
-            if job._finished or job.lost:
+            if job._finished or job.lost or job._acked:
                 continue
             try:
                 lease = t.extend(job.lease, vis)
             except LeaseLost as exc:
-                if not job._finished:
+                if not job._finished and not job._acked:  # not acked by its handler meanwhile
                     self._lost(job, exc)
             except Exception as exc:
                 self.logger.warning("heartbeat: extending job %r seq %d failed (%s); trying again next beat",
@@ -821,7 +907,7 @@ class Worker:
                 return
             decision: Tuple[int, Any] = (_ACK, None) if error is None else self._decide(job, error)
             action, arg = decision
-            if action == _DEFER and self._release is None:
+            if action == _DEFER and self._release is None and not job._acked:
                 # A transport without release: keep the lease and wait on this slot (Part 4).
                 self._emit("retried", job, error, slot)
                 delay = float(arg)
@@ -874,7 +960,9 @@ class Worker:
                             self._run_job(job, exc, index)
                         else:
                             job._finished = True
-                            if not job.lost:
+                            if job._acked:
+                                mine[1] += 1  # succeeded: the handler acked it itself
+                            elif not job.lost:
                                 try:
                                     if ack_and_claim is None or self._stopping:
                                         ack(job.lease)
@@ -1149,7 +1237,7 @@ class Worker:
                     return
                 decision: Tuple[int, Any] = (_ACK, None) if error is None else self._decide(job, error)
                 action, arg = decision
-                if action == _DEFER and self._release is None:
+                if action == _DEFER and self._release is None and not job._acked:
                     # A transport without release: keep the lease and wait in this task (Part 4).
                     self._emit("retried", job, error, slot)
                     try:
