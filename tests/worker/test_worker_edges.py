@@ -120,3 +120,49 @@ def test_drain_timeout_inf_waits_for_the_running_handler(inmemory: Any, start: A
     running.join()
     assert finished == [1] and w.counts["succeeded"] == 1 and w.counts["handed_back"] == 0
     assert len(t) == 0
+
+
+class _Wrapped:
+    """A transport passed through, noting the thread of each ack; its
+    ``blocking`` capability is what the test declares (or nothing)."""
+
+    def __init__(self, t: Any, blocking: Any) -> None:
+        self._t = t
+        self.threads: List[str] = []
+        if blocking is not None:
+            self.blocking = blocking
+
+    def ack_and_claim(self, *args: Any) -> Any:
+        self.threads.append(threading.current_thread().name)
+        return self._t.ack_and_claim(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "blocking":  # not declared by this wrapper (None): not passed through either
+            raise AttributeError(name)
+        return getattr(self._t, name)
+
+
+@pytest.mark.parametrize("blocking, on_loop", [(False, True), (True, False), (None, False)])
+def test_the_blocking_capability_decides_where_arun_calls_the_transport(inmemory: Any, start: Any,
+                                                                        blocking: Any, on_loop: bool) -> None:
+    """``blocking = False`` (declared by the in-memory twins): called on the
+    loop; ``True`` or not declared: on the worker's I/O pool."""
+    raw = inmemory.make()
+    assert raw.blocking is False and type(raw).blocking is False
+    t = _Wrapped(raw, blocking)
+    for i in range(3):
+        t.publish("g", i)
+    loop_threads: List[str] = []
+
+    async def handler(job: Job) -> None:
+        loop_threads.append(threading.current_thread().name)
+
+    w = Worker(t, handler, visibility=5.0, name="cap")
+    running = start(w, "asyncio")
+    wait_until(lambda: w.counts["succeeded"] == 3)
+    running.stop()
+    assert t.threads, "ack_and_claim was not used"
+    if on_loop:
+        assert set(t.threads) == set(loop_threads)
+    else:
+        assert all(name.startswith("cap-io") for name in t.threads), t.threads
