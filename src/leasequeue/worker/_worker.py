@@ -164,6 +164,7 @@ class Worker:
 
     def _compose(self) -> None:
         self._wrapping = any(overrides(m, "wrap") for m in self.middleware)
+        self._awrapping = any(overrides(m, "awrap") for m in self.middleware)
         self._call: Callable[[Job], Any] = compose(self.middleware, self.handler)
         self._acall_handler: Callable[[Job], Any] = acompose(self.middleware, self.handler)
         observers = [m for m in self.middleware if not (m is self._hooks and not self._hooks.has(*self._hooks.hooks))]

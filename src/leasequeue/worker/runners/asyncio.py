@@ -19,6 +19,7 @@ from ..._serializers import EventDecodeError
 from .. import _steps
 from .._job import Job
 from .._lifecycle import install_signals, remove_signals
+from .._record import STARTED, SUCCEEDED
 from .._retry import HANDBACK, RETURN, Action, Outcome
 
 if TYPE_CHECKING:
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["AsyncRunner"]
 
 _NONE = _steps.STOP  # "no next lease yet" (the ack did not claim one)
+
+#: The fast path yields to the loop after this many jobs in a row.
+_FAIR = 64
 
 
 def _uncancel() -> None:
@@ -49,7 +53,10 @@ class AsyncRunner:
         t = w.transport
         wid = f"{w.worker_id}/a"
         while lease is not None:
-            following = await self.run_job(lease, wid)
+            if w._inline and w._ack_and_claim is not None and not w._awrapping:
+                following = await self.fast(lease, wid)
+            else:
+                following = await self.run_job(lease, wid)
             if w._stopping:
                 if following is not _NONE and following is not None:
                     await w._acall(w._recorder.handback, following)  # claimed as the stop came
@@ -62,17 +69,82 @@ class AsyncRunner:
             else:
                 lease = await w._acall(_steps.claim_now, w, t.claim, wid, -1)
 
-    async def run_job(self, lease: Any, wid: str) -> Any:
+    async def fast(self, lease: Any, wid: str) -> Any:
+        """The fast path of a non-blocking transport (in memory) when no
+        middleware wraps the handler: run, ``ack_and_claim``, run the next,
+        on this task, while every handler returns and the worker runs.
+        Anything else (an error, a lost lease, a crash loop, a stop) goes to
+        the general path.  Returns what ``run_job`` returns."""
+        w = self.worker
+        rec = w._recorder
+        handler = w._acall_handler
+        ack_and_claim = w._ack_and_claim
+        assert ack_and_claim is not None
+        vis, floor = w.visibility, w.min_priority
+        max_attempts = w.retry.max_attempts
+        held = w.heartbeat.held
+        mine = rec.slot_counts[0]  # this loop's thread only
+        task = asyncio.current_task()
+        fair = _FAIR
+        while lease.attempt <= max_attempts:
+            observed = rec.observers
+            job = Job(w, lease)
+            job._task = task
+            held.add(job)
+            if observed:
+                rec.emit(Outcome.STARTED, job, None, 0)
+            else:
+                mine[STARTED] += 1
+            try:
+                await handler(job)
+            except BaseException as exc:
+                return await self.run_job(lease, wid, job, exc)
+            finally:
+                held.discard(job)
+            job._finished = True
+            if job.lost or job._acked or w._stopping:
+                return await self.run_job(lease, wid, job, None)
+            try:
+                following = ack_and_claim(job.lease, wid, vis, floor)
+            except LeaseLost as exc:
+                rec.failed(job, exc)  # nothing acked, nothing claimed
+                return _NONE
+            except EventDecodeError as exc:
+                # The ack stood; the claim's message does not decode: bury its group.
+                rec.emit(Outcome.SUCCEEDED, job, None, 0)
+                rec.undecodable(exc, 0)
+                return _NONE
+            except Exception as exc:
+                rec.failed(job, exc)
+                return _NONE
+            if observed:
+                rec.emit(Outcome.SUCCEEDED, job, None, 0)
+            else:
+                mine[SUCCEEDED] += 1
+            if following is None or w._stopping:
+                return following
+            lease = following
+            fair -= 1
+            if not fair:  # a handler that never awaits: let the loop's other tasks run now and then
+                fair = _FAIR
+                await asyncio.sleep(0)
+        return await self.run_job(lease, wid)
+
+    async def run_job(self, lease: Any, wid: str, job: Optional[Job] = None,
+                      first: Optional[BaseException] = None) -> Any:
         """Run one delivery and record its outcome; the next lease when the
-        ack claimed it (``ack_and_claim``), else ``_NONE``."""
+        ack claimed it (``ack_and_claim``), else ``_NONE``.  ``job``: the fast
+        path already ran it once, and it raised ``first`` (or returned)."""
         w = self.worker
         rec = w._recorder
         inline = w._inline
-        job = Job(w, lease)
-        crashed = _steps.begin(w, job)
-        if crashed is not None:
-            await w._acall(rec.apply, job, crashed[0], crashed[1])
-            return _NONE
+        ran = job is not None
+        if job is None:
+            job = Job(w, lease)
+            crashed = _steps.begin(w, job)
+            if crashed is not None:
+                await w._acall(rec.apply, job, crashed[0], crashed[1])
+                return _NONE
         job._task = asyncio.current_task()
         # In-memory: everything runs on this loop's thread, so it counts
         # like a thread slot (no lock); otherwise the recorder runs on the I/O pool.
@@ -82,10 +154,16 @@ class AsyncRunner:
         call = w._acall_handler
         try:
             while True:
-                rec.emit(Outcome.STARTED, job, None, slot)
                 error: Optional[BaseException] = None
                 try:
-                    await call(job)
+                    if ran:  # the fast path ran it: its outcome
+                        ran = False
+                        job._finished = False
+                        if first is not None:
+                            raise first
+                    else:
+                        rec.emit(Outcome.STARTED, job, None, slot)
+                        await call(job)
                 except asyncio.CancelledError:
                     if job.lost:
                         _uncancel()

@@ -26,7 +26,7 @@ from .._checks import error_name
 from .._job import Job
 from .._lifecycle import install_signals, remove_signals
 from .._record import STARTED, SUCCEEDED
-from .._retry import RETURN, Action, Decision, Outcome
+from .._retry import ACK, RETURN, Action, Decision, Outcome
 
 if TYPE_CHECKING:
     from .._worker import Worker
@@ -144,13 +144,10 @@ class ThreadRunner:
         t = w.transport
         rec = w._recorder
         wid = f"{w.worker_id}/{index}"
-        vis, floor = w.visibility, w.min_priority
-        claim, ack, handler = t.claim, t.ack, w._call
-        # A transport written before ack_and_claim (0.5) is served by ack + claim.
-        ack_and_claim = getattr(t, "ack_and_claim", None)
+        claim = t.claim
+        # A transport written before ack_and_claim (0.5) is served by ack + claim (the general path).
+        ack_and_claim = w._ack_and_claim
         current = w.heartbeat.current
-        mine = rec.slot_counts[index]
-        max_attempts = w.retry.max_attempts
         # The fast path: no middleware wraps the handler (observers are told).
         plain = not w._wrapping
         try:
@@ -162,52 +159,10 @@ class ThreadRunner:
                     rec.handback(lease, index)
                     continue
                 while lease is not None:
-                    job = Job(w, lease)
-                    current[index] = job
-                    following: Any = _NONE  # the next lease, when the ack already claimed it
-                    if plain and lease.attempt <= max_attempts:
-                        observed = rec.observers
-                        if observed:
-                            rec.emit(Outcome.STARTED, job, None, index)
-                        else:
-                            mine[STARTED] += 1
-                        try:
-                            handler(job)
-                        except BaseException as exc:
-                            self.run_job(job, exc, index)
-                        else:
-                            job._finished = True
-                            if job._acked:
-                                succeeded = True  # the handler acked it itself
-                            elif job.lost:
-                                succeeded = False
-                            else:
-                                succeeded = True
-                                try:
-                                    if ack_and_claim is None or w._stopping:
-                                        ack(job.lease)
-                                    else:
-                                        # One call (one commit on PostgreSQL): the ack and the next claim.
-                                        following = ack_and_claim(job.lease, wid, vis, floor)
-                                except LeaseLost as exc:
-                                    succeeded = False
-                                    rec.failed(job, exc)  # nothing acked, nothing claimed
-                                except EventDecodeError as exc:
-                                    # The ack stood; the claim's message does not decode: bury its group.
-                                    self._succeeded(job, index, observed, mine)
-                                    succeeded = False
-                                    rec.undecodable(exc, index)
-                                except Exception as exc:
-                                    succeeded = False
-                                    rec.failed(job, exc)
-                            if succeeded:
-                                if observed:
-                                    rec.emit(Outcome.SUCCEEDED, job, None, index)
-                                else:
-                                    mine[SUCCEEDED] += 1
+                    if plain and ack_and_claim is not None:
+                        following = self.fast(lease, index)
                     else:
-                        self.run_job(job, None, index)
-                    current[index] = None
+                        following = self.one(lease, index)
                     if w._stopping:
                         if following is not _NONE and following is not None:
                             rec.handback(following, index)  # claimed as the stop came
@@ -227,12 +182,79 @@ class ThreadRunner:
             current[index] = None
             state.exited()
 
-    @staticmethod
-    def _succeeded(job: Job, index: int, observed: Any, mine: List[int]) -> None:
-        if observed:
-            job.worker._recorder.emit(Outcome.SUCCEEDED, job, None, index)
-        else:
-            mine[SUCCEEDED] += 1
+    def fast(self, lease: Any, index: int) -> Any:
+        """The fast path (no middleware wraps the handler; the transport has
+        ``ack_and_claim``): run, then ack and claim the next in one call, and
+        run that, on this slot, while every handler returns and the worker
+        runs.  Anything else goes to the general path.  Returns the next
+        lease when the last ack claimed it, else ``_NONE``."""
+        w = self.worker
+        rec = w._recorder
+        handler = w._call
+        ack_and_claim = w._ack_and_claim
+        assert ack_and_claim is not None
+        wid = f"{w.worker_id}/{index}"
+        vis, floor = w.visibility, w.min_priority
+        max_attempts = w.retry.max_attempts
+        current = w.heartbeat.current
+        mine = rec.slot_counts[index]
+        started_i, succeeded_i = STARTED, SUCCEEDED
+        try:
+            while lease.attempt <= max_attempts:
+                observed = rec.observers
+                job = Job(w, lease)
+                current[index] = job
+                if observed:
+                    rec.emit(Outcome.STARTED, job, None, index)
+                else:
+                    mine[started_i] += 1
+                try:
+                    handler(job)
+                except BaseException as exc:
+                    self.run_job(job, exc, index)
+                    return _NONE
+                job._finished = True
+                if job.lost:
+                    return _NONE
+                if job._acked or w._stopping:
+                    rec.apply(job, ACK, None, index)  # the handler's own ack, or ack alone at a stop
+                    return _NONE
+                try:
+                    # One call (one commit on PostgreSQL): the ack and the next claim.
+                    following = ack_and_claim(job.lease, wid, vis, floor)
+                except LeaseLost as exc:
+                    rec.failed(job, exc)  # nothing acked, nothing claimed
+                    return _NONE
+                except EventDecodeError as exc:
+                    # The ack stood; the claim's message does not decode: bury its group.
+                    rec.emit(Outcome.SUCCEEDED, job, None, index)
+                    rec.undecodable(exc, index)
+                    return _NONE
+                except Exception as exc:
+                    rec.failed(job, exc)
+                    return _NONE
+                if observed:
+                    rec.emit(Outcome.SUCCEEDED, job, None, index)
+                else:
+                    mine[succeeded_i] += 1
+                if following is None or w._stopping:
+                    return following
+                lease = following
+        finally:
+            current[index] = None
+        return self.one(lease, index)
+
+    def one(self, lease: Any, index: int) -> Any:
+        """One delivery by the general path (middleware, crash loops, a
+        transport without ``ack_and_claim``); the result as ``fast``'s."""
+        job = Job(self.worker, lease)
+        current = self.worker.heartbeat.current
+        current[index] = job
+        try:
+            self.run_job(job, None, index)
+        finally:
+            current[index] = None
+        return _NONE
 
     # ------------------------------------------------------------ the run
 
