@@ -86,8 +86,8 @@ class AsyncRunner:
         mine = rec.slot_counts[0]  # this loop's thread only
         task = asyncio.current_task()
         fair = _FAIR
+        observed = rec.observers  # read once per run of the fast path
         while lease.attempt <= max_attempts:
-            observed = rec.observers
             job = Job(w, lease)
             job._task = task
             held.add(job)

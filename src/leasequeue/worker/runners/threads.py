@@ -199,9 +199,10 @@ class ThreadRunner:
         current = w.heartbeat.current
         mine = rec.slot_counts[index]
         started_i, succeeded_i = STARTED, SUCCEEDED
+        # Read once per run of the fast path (a hook added meanwhile counts from the next one).
+        observed = rec.observers
         try:
             while lease.attempt <= max_attempts:
-                observed = rec.observers
                 job = Job(w, lease)
                 current[index] = job
                 if observed:
