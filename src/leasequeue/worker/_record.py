@@ -105,7 +105,8 @@ class Recorder:
                     try:
                         dead_letter(job, error)
                     except Exception as exc:
-                        text = bounded(reason(self.worker.retry, job, error) + f"; dead_letter raised {error_name(exc)}")
+                        text = bounded(reason(self.worker.retry, job, error)
+                                       + f"; dead_letter raised {error_name(exc)}")
                         log.exception("dead_letter raised: burying group %r", job.group_id)
                         t.bury(lease, text)
                         self.emit(Outcome.BURIED, job, error, slot)

@@ -139,7 +139,8 @@ class Retry:
       quarantined (``bury``) with a reason naming the error and the attempt;
       an operator retries it (``retry``: a fresh budget) or skips it.
       ``"skip"``: the message is handed to ``dead_letter(job, error)`` and
-      then acked; the group goes on.  A
+      then acked; the group goes on (without ``dead_letter`` it is dropped
+      with only a log line, so making such a policy warns: ``UserWarning``).  A
       callable ``f(job, error)``: its return value decides: ``"bury"``,
       ``"skip"`` (or ``None``: acked), or a number: retry after that many
       seconds.  A callable that raises buries the group.
