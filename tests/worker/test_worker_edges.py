@@ -6,6 +6,7 @@ embedded pattern: a worker on its own thread stopped by ``stop()``), and
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import warnings
@@ -166,3 +167,26 @@ def test_the_blocking_capability_decides_where_arun_calls_the_transport(inmemory
         assert set(t.threads) == set(loop_threads)
     else:
         assert all(name.startswith("cap-io") for name in t.threads), t.threads
+
+
+def test_async_handlers_that_never_await_still_share_the_loop(inmemory: Any, start: Any) -> None:
+    """The asyncio runner's fast path runs a task's next job without a
+    hand-off; with handlers that never await, it still yields to the loop
+    now and then, so the claimer runs and a second task gets work long
+    before the first task's stream of jobs ends."""
+    t = inmemory.make()
+    for i in range(400):
+        t.publish("a", i)
+        t.publish("b", i)
+    tasks: List[int] = []
+
+    async def handler(job: Job) -> None:
+        tasks.append(id(asyncio.current_task()))  # no await: CPU-only
+
+    w = Worker(t, handler, concurrency=2, visibility=10.0, batch=1)
+    running = start(w, "asyncio")
+    wait_until(lambda: len(tasks) == 800)
+    running.stop()
+    first = tasks[0]
+    second = next((i for i, task in enumerate(tasks) if task != first), None)
+    assert second is not None and second < 200, second

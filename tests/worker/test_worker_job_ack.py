@@ -24,9 +24,10 @@ class Recording:
     ``commit=True`` the ack happens (the application's transaction
     committed), with ``commit=False`` it does not (rolled back)."""
 
-    def __init__(self, t: Any, commit: bool = True) -> None:
+    def __init__(self, t: Any, commit: bool = True, passthrough: bool = False) -> None:
         self._t = t
         self.commit = commit
+        self.passthrough = passthrough  # a durable transport's own ack(conn=)
         self.calls: Dict[str, int] = collections.Counter()
         self.conns: List[Any] = []
         self._lock = threading.Lock()
@@ -42,7 +43,9 @@ class Recording:
             return
         self._count("ack_conn")
         self.conns.append(conn)
-        if self.commit:
+        if self.passthrough:
+            self._t.ack(lease, conn=conn)
+        elif self.commit:
             self._t.ack(lease)
 
     def ack_and_claim(self, *args: Any) -> Any:
@@ -222,3 +225,77 @@ def test_ack_of_a_lost_lease_raises_lease_lost(inmemory: Any, start: Any) -> Non
     wait_until(lambda: got and w.counts["lost"] == 1)
     running.stop()
     assert w.counts["succeeded"] == 0
+
+
+# ---------------------------------------------------------------- end to end, durable (Part 5)
+
+
+def _takes_conn(t: Any) -> bool:
+    import inspect
+
+    return "conn" in inspect.signature(type(t).ack).parameters
+
+
+class _App:
+    """The application's own database: a table of effects, on its own connection."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        if backend.name == "sqlite":
+            import sqlite3
+
+            self.conn: Any = sqlite3.connect(backend.path, timeout=30, check_same_thread=False)
+            with self.conn:
+                self.conn.execute("CREATE TABLE IF NOT EXISTS app_effects (event TEXT, attempt INTEGER)")
+        else:
+            import psycopg
+
+            self.conn = psycopg.connect(backend.conninfo)
+            self.table = f"app_effects_{backend.queue}"
+            with self.conn.transaction():
+                self.conn.execute(f"CREATE TABLE {self.table} (event TEXT, attempt INTEGER)")
+
+    def work_and_ack(self, job: Job, fail: bool) -> None:
+        """The work and the ack in one transaction; ``fail``: raise inside it (rolled back)."""
+        if self.backend.name == "sqlite":
+            with self.conn:
+                self.conn.execute("INSERT INTO app_effects VALUES (?, ?)", (job.event, job.attempt))
+                job.ack(conn=self.conn)
+                if fail:
+                    raise RuntimeError("after the ack, inside the transaction")
+        else:
+            with self.conn.transaction():
+                self.conn.execute(f"INSERT INTO {self.table} VALUES (%s, %s)", (job.event, job.attempt))
+                job.ack(conn=self.conn)
+                if fail:
+                    raise RuntimeError("after the ack, inside the transaction")
+
+    def effects(self) -> List[Any]:
+        if self.backend.name == "sqlite":
+            return sorted(self.conn.execute("SELECT event, attempt FROM app_effects").fetchall())
+        return sorted(tuple(r) for r in self.conn.execute(f"SELECT event, attempt FROM {self.table}").fetchall())
+
+
+def test_the_work_and_the_ack_commit_together(durable: Any, start: Any) -> None:
+    """A handler does its work and acks in one transaction: the first
+    attempt of ``b`` rolls back (work and ack together), so it is retried,
+    and each message's work is committed once."""
+    t = Recording(durable.make(), passthrough=True)
+    if not _takes_conn(durable.made[0]):
+        pytest.skip("the durable transports' ack(conn=) is not on this branch yet (Part 5, issue 30)")
+    app = _App(durable)
+    for event in ("a", "b", "c"):
+        t.publish(event, event)
+
+    def handler(job: Job) -> None:
+        app.work_and_ack(job, fail=job.event == "b" and job.attempt == 1)
+
+    w = Worker(t, handler, visibility=10.0, retry=Retry(max_attempts=3, backoff=0.0, jitter=0.0))
+    running = start(w, "threads")
+    wait_until(lambda: w.counts["succeeded"] == 3, timeout=30)
+    running.stop()
+    assert app.effects() == [("a", 1), ("b", 2), ("c", 1)]
+    assert w.counts["retried"] == 1 and w.counts["lost"] == 0
+    assert t.calls["ack_conn"] == 4  # b's first ack was rolled back with its work
+    assert t.calls["ack"] == 0 and t.calls["ack_and_claim"] == 0  # the worker left those acks alone
+    assert len(durable.made[0]) == 0
