@@ -137,3 +137,30 @@ def test_an_undecodable_event_buries_its_group_and_the_rest_go_on(
         assert "\n" not in info.reason
         assert "could not be deserialized" not in info.reason  # the cause, not the long claim message
     assert t.stats().buried == 2
+
+
+def test_a_claim_many_batch_with_a_poison_buries_it_and_hands_the_rest_back(durable: Any) -> None:
+    """``claim_many`` raised ``EventDecodeError`` carrying the whole batch:
+    the undecodable message's group is buried, every other lease of the
+    batch is handed back uncounted (``release``: claimable at once, its next
+    delivery still attempt 1), nothing stays leased."""
+    t = _transport(durable, "json")
+    t.publish("g1", [1])
+    _publish_poison(durable, "format", "g2")
+    t.publish("g3", [3])
+    outcomes: List[Any] = []
+    w = Worker(t, lambda job: None, visibility=30.0,
+               hooks={o: (lambda o: lambda job, error: outcomes.append((o, job.group_id)))(o)
+                      for o in ("buried", "handed_back")})
+    from leasequeue import EventDecodeError
+
+    with pytest.raises(EventDecodeError) as info:
+        t.claim_many("w", 30.0, 10)
+    assert [lease.group_id for lease in info.value.leases] == ["g1", "g2", "g3"]
+    w._recorder.undecodable(info.value)
+    assert sorted(outcomes) == [("buried", "g2"), ("handed_back", "g1"), ("handed_back", "g3")]
+    assert w.counts["buried"] == 1 and w.counts["handed_back"] == 2
+    assert t.group("g2").state == "buried" and t.group("g2").reason.startswith("undecodable event: ")
+    assert t.stats().leased == 0
+    again = sorted((lease.group_id, lease.attempt) for lease in t.claim_many("w", 30.0, 10))
+    assert again == [("g1", 1), ("g3", 1)]
