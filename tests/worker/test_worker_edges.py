@@ -190,3 +190,41 @@ def test_async_handlers_that_never_await_still_share_the_loop(inmemory: Any, sta
     first = tasks[0]
     second = next((i for i, task in enumerate(tasks) if task != first), None)
     assert second is not None and second < 200, second
+
+
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+@pytest.mark.parametrize("keeper", ["handler", "hook"])
+def test_a_job_someone_kept_is_never_reused_for_another_delivery(backend: Any, start: Any, runner: str,
+                                                                 keeper: str) -> None:
+    """The fast paths reuse a ``Job`` nobody kept (CPython with the GIL);
+    one the handler or a hook kept keeps its delivery: its event, seq and
+    lease stay those of the message it was made for."""
+    t = backend.make()
+    for i in range(60):
+        t.publish(f"g{i % 3}", i)
+    kept: List[Job] = []
+    lock = threading.Lock()
+
+    def keep(job: Job) -> None:
+        with lock:
+            kept.append(job)
+
+    def body(job: Job) -> None:
+        if keeper == "handler" and job.event % 2 == 0:
+            keep(job)
+
+    if runner == "threads":
+        handler: Any = body
+    else:
+        async def handler(job: Job) -> None:
+            body(job)
+
+    hooks = {"succeeded": lambda job, error: keep(job) if job.event % 2 == 0 else None} if keeper == "hook" else None
+    w = Worker(t, handler, visibility=10.0, hooks=hooks)
+    running = start(w, runner)
+    wait_until(lambda: w.counts["succeeded"] == 60)
+    running.stop()
+    assert sorted(j.event for j in kept) == list(range(0, 60, 2))
+    for j in kept:
+        assert (j.lease.event, j.group_id, j.lease.group_id) == (j.event, f"g{j.event % 3}", f"g{j.event % 3}")
+    assert len({id(j) for j in kept}) == 30

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Set
 from ..._errors import LeaseLost
 from ..._serializers import EventDecodeError
 from .. import _steps
-from .._job import Job
+from .._job import REFCOUNT, Job
 from .._lifecycle import install_signals, remove_signals
 from .._record import STARTED, SUCCEEDED
 from .._retry import HANDBACK, RETURN, Action, Outcome
@@ -87,9 +87,17 @@ class AsyncRunner:
         task = asyncio.current_task()
         fair = _FAIR
         observed = rec.observers  # read once per run of the fast path
+        refcount = REFCOUNT
+        job: Optional[Job] = None
         while lease.attempt <= max_attempts:
-            job = Job(w, lease)
-            job._task = task
+            if job is None or refcount is None or refcount(job) != 2:
+                job = Job(w, lease)
+                job._task = task
+            else:
+                # Nobody kept the last Job (its only references: this frame and the
+                # call's argument): reuse it for this delivery.
+                job.lease = lease
+                job._finished = False
             held.add(job)
             if observed:
                 rec.emit(Outcome.STARTED, job, None, 0)

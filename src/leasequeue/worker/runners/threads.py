@@ -23,7 +23,7 @@ from ..._errors import LeaseLost
 from ..._serializers import EventDecodeError
 from .. import _steps
 from .._checks import error_name
-from .._job import Job
+from .._job import REFCOUNT, Job
 from .._lifecycle import install_signals, remove_signals
 from .._record import STARTED, SUCCEEDED
 from .._retry import ACK, RETURN, Action, Decision, Outcome
@@ -201,10 +201,18 @@ class ThreadRunner:
         started_i, succeeded_i = STARTED, SUCCEEDED
         # Read once per run of the fast path (a hook added meanwhile counts from the next one).
         observed = rec.observers
+        refcount = REFCOUNT
+        job: Optional[Job] = None
         try:
             while lease.attempt <= max_attempts:
-                job = Job(w, lease)
-                current[index] = job
+                if job is None or refcount is None or refcount(job) != 3:
+                    job = Job(w, lease)
+                    current[index] = job
+                else:
+                    # Nobody kept the last Job (its only references: this frame, the
+                    # heartbeat's slot, the call's argument): reuse it for this delivery.
+                    job.lease = lease
+                    job._finished = False
                 if observed:
                     rec.emit(Outcome.STARTED, job, None, index)
                 else:
