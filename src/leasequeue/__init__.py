@@ -59,16 +59,19 @@ __all__ = [
     "LeaseLost",
     "LeaseQueueError",
     "Message",
+    "Middleware",
     "PyInMemoryTransport",
     "Quarantine",
     "Retry",
     "RetryLater",
     "SQLiteTransport",
+    "Task",
     "Transport",
     "TransportStats",
     "WaitingTransport",
     "Worker",
     "__version__",
+    "task",
 ]
 
 from ._backends.inmemory.transport import IMPLEMENTATION, NO_EXTENSIONS, InMemoryTransport, Lease  # noqa: F401
@@ -77,7 +80,7 @@ if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
     from ._backends.inmemory.transport_py import InMemoryTransport as PyInMemoryTransport
     from ._backends.sqlite.transport import SQLiteTransport
     from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError
-    from ._worker import Job, Retry, RetryLater, Worker
+    from .worker import Job, Middleware, Retry, RetryLater, Task, Worker, task
 
 
 def __getattr__(name: str) -> object:
@@ -96,10 +99,10 @@ def __getattr__(name: str) -> object:
         from . import _serializers
 
         value = getattr(_serializers, name)
-    elif name in ("Worker", "Retry", "RetryLater", "Job"):
-        from . import _worker
+    elif name in ("Worker", "Retry", "RetryLater", "Job", "Task", "task", "Middleware"):
+        from . import worker
 
-        value = getattr(_worker, name)
+        value = getattr(worker, name)
     elif name in _backends.BACKENDS:
         value = _backends.load(name)
     else:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List
 import pytest
 from worker_helpers import wait_until
 
-from leasequeue import Job, Worker
+from leasequeue import Job, Middleware, Worker
 
 COUNTED = ("ack", "ack_and_claim", "claim", "claim_many", "aclaim", "nack")
 
@@ -95,16 +95,41 @@ def test_a_transport_without_ack_and_claim_gets_ack_then_claim(backend: Any, sta
     assert len(t) == 0
 
 
-def test_the_hooks_path_acks_alone(inmemory: Any, start: Any) -> None:
-    """With a hook the general path records the outcome: ack, then claim."""
+def test_hooks_keep_the_fast_path_and_see_every_job(inmemory: Any, start: Any) -> None:
+    """Hooks only observe: the fast path (ack_and_claim) is kept, and they
+    are called for every job."""
     t = inmemory.make()
     publish(t, 1, 3)
     counting = Counting(t)
     seen: List[Any] = []
+    hooked: List[Any] = []
     w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
-    w.on("succeeded", lambda job, error: None)
+    w.on("started", lambda job, error: hooked.append(("started", job.event)))
+    w.on("succeeded", lambda job, error: hooked.append(("succeeded", job.event, error)))
+    run_all(w, start, seen, 3)
+    assert counting.calls["ack_and_claim"] == 3 and counting.calls["ack"] == 0
+    assert hooked == [x for i in range(3) for x in (("started", ("g0", i)), ("succeeded", ("g0", i), None))]
+
+
+def test_a_wrapping_middleware_takes_the_general_path(inmemory: Any, start: Any) -> None:
+    """A middleware that overrides wrap: the general path records the outcome
+    (ack, then claim), and wrap runs around every handler call."""
+    t = inmemory.make()
+    publish(t, 1, 3)
+    counting = Counting(t)
+    seen: List[Any] = []
+    wrapped: List[Any] = []
+
+    class Around(Middleware):
+        def wrap(self, call_next: Any, job: Job) -> Any:
+            wrapped.append(job.event)
+            return call_next(job)
+
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0,
+               middleware=[Around()])
     run_all(w, start, seen, 3)
     assert counting.calls["ack"] == 3 and counting.calls["ack_and_claim"] == 0
+    assert wrapped == seen
 
 
 def test_a_stop_as_ack_and_claim_returns_hands_the_claimed_lease_back(backend: Any, start: Any) -> None:
@@ -151,11 +176,12 @@ def test_a_job_that_ends_after_stop_is_acked_alone(backend: Any, start: Any) -> 
     assert (lease.event, lease.attempt) == (("g0", 1), 1)
 
 
-def test_an_undecodable_next_message_leaves_the_ack_counted(sqlite_backend: Any, start: Any,
-                                                           caplog: Any) -> None:
+def test_an_undecodable_next_message_leaves_the_ack_counted_and_is_buried(sqlite_backend: Any, start: Any,
+                                                                          caplog: Any) -> None:
     """The ack stood and the claim's message does not decode: the job counts
-    as succeeded, the failed claim is logged, and the undecodable message
-    stays leased until its lease runs out (as after a failed claim)."""
+    as succeeded, and the undecodable message is a poison message (Part 5,
+    "Operating it"): its group is buried with the decode error as the reason
+    and counted as buried, not left leased to come back again."""
     t = sqlite_backend.make()
     publish(t, 1, 2)
     with sqlite3.connect(sqlite_backend.path) as db:
@@ -163,16 +189,16 @@ def test_an_undecodable_next_message_leaves_the_ack_counted(sqlite_backend: Any,
     counting = Counting(t)
     seen: List[Any] = []
     w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
-    with caplog.at_level(logging.ERROR, logger="leasequeue.worker"):
+    with caplog.at_level(logging.WARNING, logger="leasequeue.worker"):
         running = start(w, "threads")
-        wait_until(lambda: w.counts["succeeded"] == 1 and counting.calls["ack_and_claim"] == 1, timeout=30)
-        time.sleep(0.05)
+        wait_until(lambda: w.counts["succeeded"] == 1 and w.counts["buried"] == 1, timeout=30)
         running.stop()
     assert seen == [("g0", 0)] and w.counts["succeeded"] == 1
-    assert counting.calls["ack"] == 0
-    assert any("claim failed (EventDecodeError" in r.getMessage() for r in caplog.records), caplog.text
+    assert counting.calls["ack_and_claim"] == 1 and counting.calls["ack"] == 0
+    assert any("buried at seq 2: undecodable event: " in r.getMessage() for r in caplog.records), caplog.text
     info = t.group("g0")
-    assert (info.state, info.head_seq, info.attempt, info.messages) == ("leased", 2, 1, 1)
+    assert (info.state, info.head_seq, info.attempt, info.messages) == ("buried", 2, 1, 1)
+    assert info.reason is not None and info.reason.startswith("undecodable event: UnpicklingError"), info.reason
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])

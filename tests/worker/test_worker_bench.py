@@ -42,3 +42,17 @@ def test_the_worker_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     text = md.read_text()
     assert "| Worker, 1 thread |" in text and "## Goals" in text and "bare claim+ack loop" in text
     assert text in capsys.readouterr().out
+
+
+def test_before_runs_an_earlier_worker_module_interleaved(tmp_path: Path) -> None:
+    """``--before FILE`` loads a worker module (an earlier release's
+    ``_worker.py``; here a stand-in with the same relative imports) and
+    measures it beside this one."""
+    before = tmp_path / "worker_before.py"
+    before.write_text("from .worker import Worker\n")
+    out = tmp_path / "worker.json"
+    assert main(["bench", "--worker", "--smoke", "--jobs", "300", "--samples", "3", "--before", str(before),
+                 "--json", str(out)]) == 0
+    memory = json.loads(out.read_text())["results"]["memory"]
+    for name in ("before: Worker, 1 thread", "before: Worker, asyncio x1"):
+        assert memory[name]["jobs_per_s"] > 0 and math.isfinite(memory[name]["jobs_per_s"]), name

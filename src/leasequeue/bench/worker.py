@@ -81,12 +81,18 @@ def _stream(n: int, groups: int) -> List[Tuple[str, int]]:
 
 
 def lq_bare(n: int, groups: int) -> float:
-    """The floor: a bare claim / handler / ack loop, no worker."""
+    """The floor: a bare claim / handler / ack loop, no worker.  Its handler
+    does what the workers' handlers do (count the job), so the ratio
+    measures the worker, not the handler."""
     import leasequeue
 
     t = leasequeue.InMemoryTransport()
     t.publish_many(_stream(n, groups))
-    handler = _noop
+    done = Done(n)
+
+    def handler(lease: Any) -> None:
+        done.hit()
+
     claim, ack, nack = t.claim, t.ack, t.nack
     t0 = time.perf_counter()
     lease = claim("w", 30.0)
@@ -101,13 +107,11 @@ def lq_bare(n: int, groups: int) -> float:
     return time.perf_counter() - t0
 
 
-def _noop(job: Any) -> None:
-    pass
+def lq_worker(make: Callable[[], Any], n: int, groups: int, concurrency: int, runner: str,
+              worker_cls: Any = None) -> float:
+    from leasequeue import Worker as this_worker
 
-
-def lq_worker(make: Callable[[], Any], n: int, groups: int, concurrency: int, runner: str) -> float:
-    from leasequeue import Worker
-
+    Worker: Any = worker_cls if worker_cls is not None else this_worker  # --before: an earlier release's
     t = make()
     t.publish_many(_stream(n, groups))
     done = Done(n)
@@ -474,8 +478,23 @@ def _pcts(values: List[float]) -> Dict[str, float]:
     return {"p50": statistics.median(s) * 1000, "p99": s[min(len(s) - 1, int(len(s) * 0.99))] * 1000, "n": len(s)}
 
 
+def load_before(path: str) -> Any:
+    """The ``Worker`` of an earlier release's ``_worker.py`` (``--before``:
+    ``git show 0.6.0:src/leasequeue/_worker.py > /tmp/worker_before.py``),
+    loaded as a module of this package so its relative imports resolve."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("leasequeue._worker_before", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.Worker
+
+
 def run(n: int, groups: int, rounds: int, samples: int, postgres: Optional[str], pg_n: int,
-        progress: Callable[[str], None]) -> Dict[str, Any]:
+        progress: Callable[[str], None], before: Optional[str] = None) -> Dict[str, Any]:
     import leasequeue
     from leasequeue import SQLiteTransport
 
@@ -494,6 +513,10 @@ def run(n: int, groups: int, rounds: int, samples: int, postgres: Optional[str],
         "Worker, asyncio x1": lambda: lq_worker(mem, n, groups, 1, "asyncio"),
         "Worker, asyncio x16": lambda: lq_worker(mem, n, groups, 16, "asyncio"),
     }
+    if before is not None:
+        old = load_before(before)
+        cases["before: Worker, 1 thread"] = lambda: lq_worker(mem, n, groups, 1, "threads", old)
+        cases["before: Worker, asyncio x1"] = lambda: lq_worker(mem, n, groups, 1, "asyncio", old)
     missing: Dict[str, str] = {}
     try:
         import dramatiq  # noqa: F401
@@ -570,6 +593,9 @@ def goals(report: Dict[str, Any]) -> List[Tuple[str, float, float, bool]]:
     bare, one = rate(mem, "bare claim/ack loop"), rate(mem, "Worker, 1 thread")
     if bare and one:
         out.append(("Worker (1 thread) / bare claim+ack loop", one / bare, 0.8, one / bare >= 0.8))
+    aone = rate(mem, "Worker, asyncio x1")
+    if one and aone:
+        out.append(("Worker, asyncio x1 / Worker, 1 thread", aone / one, 0.5, aone / one >= 0.5))
     peers = [v["jobs_per_s"] for k, v in mem.items() if k.startswith(("dramatiq", "huey"))]
     ours = max(v["jobs_per_s"] for k, v in mem.items() if k.startswith("Worker"))
     if peers:
@@ -606,7 +632,7 @@ def to_markdown(report: Dict[str, Any], command: str) -> str:
             p50 = f"{lat['p50']:.2f}" if lat and lat["n"] else "-"
             p99 = f"{lat['p99']:.2f}" if lat and lat["n"] else "-"
             system = name.split()[0].lower().rstrip(",")
-            who = WHO_KEEPS_GROUPS.get("leasequeue" if system in ("worker", "bare") else system, "")
+            who = WHO_KEEPS_GROUPS.get("leasequeue" if system in ("worker", "bare", "before:") else system, "")
             lines.append(f"| {name} | {r['jobs_per_s']:,.0f} | {p50} | {p99} | {who} |")
         lines.append("")
 
@@ -637,6 +663,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--pg-jobs", type=int, default=5000, help="jobs per PostgreSQL run (default 5000)")
     parser.add_argument("--json", help="write the results as JSON")
     parser.add_argument("--markdown", help="write the Markdown report")
+    parser.add_argument("--before", metavar="WORKER_PY",
+                        help="also run an earlier release's worker module (its _worker.py) in memory, "
+                             "interleaved with this one")
     args = parser.parse_args(argv)
     n = args.jobs or (2000 if args.smoke else 20000)
     rounds = args.rounds or (1 if args.smoke else 3)
@@ -656,7 +685,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             PostgresTransport.install(conninfo)
             _install(conninfo)
         report = run(n, max(n // 100, 10), rounds, samples, conninfo if args.postgres or args.conninfo else None,
-                     pg_n, lambda msg: print(msg, file=sys.stderr, flush=True))
+                     pg_n, lambda msg: print(msg, file=sys.stderr, flush=True), args.before)
     finally:
         if server is not None:
             server.stop()

@@ -324,6 +324,10 @@ cdef class InMemoryTransport:
     once its message has left (see ``publish``).
     """
 
+    #: A declared capability (the worker reads it): calls never wait beyond a lock, so an
+    #: event loop may call them directly.  Durable transports (and those that do not say) block.
+    blocking = False
+
     cdef lq_mutex _lock
     cdef object __weakref__
     cdef object _clock

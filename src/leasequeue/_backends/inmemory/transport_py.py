@@ -110,7 +110,7 @@ import time
 from bisect import insort
 from collections import deque
 from heapq import heapify, heappop, heappush
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, ClassVar, Deque, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 from . import waiting as _waiting
 from ..._errors import LeaseLost
@@ -769,6 +769,10 @@ class InMemoryTransport:
     long an idempotency key stays held after the publish that stored it,
     once its message has left (see ``publish``).
     """
+
+    #: A declared capability (the worker reads it): calls never wait beyond a lock, so an
+    #: event loop may call them directly.  Durable transports (and those that do not say) block.
+    blocking: ClassVar[bool] = False
 
     def __init__(self, clock: Callable[[], float] = time.time, *, dedup_window: float = 0.0) -> None:
         if not callable(clock):

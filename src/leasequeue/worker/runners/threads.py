@@ -1,0 +1,372 @@
+"""``run()`` with a plain function: ``concurrency`` slot threads.
+
+A slot that finishes a job claims the next one itself without waiting (no
+hand-off while there is work): with ``ack_and_claim``, the ack and the next
+claim are one call (one commit on PostgreSQL).  A slot that finds nothing
+goes idle.  While a slot is idle, one claimer waits in ``aclaim`` on a
+private asyncio loop in the thread that called ``run()`` (a cancelled
+``aclaim`` leaves nothing leased, so ``stop()`` takes effect at once) and
+hands what it gets to idle slots.  One heartbeat thread extends every held
+lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue as _queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any, List, Optional
+
+from ..._errors import LeaseLost
+from ..._serializers import EventDecodeError
+from .. import _steps
+from .._checks import error_name
+from .._job import REFCOUNT, Job
+from .._lifecycle import install_signals, remove_signals
+from .._record import STARTED, SUCCEEDED
+from .._retry import ACK, RETURN, Action, Decision, Outcome
+
+if TYPE_CHECKING:
+    from .._worker import Worker
+
+__all__ = ["ThreadRunner"]
+
+_NONE = _steps.STOP  # "no next lease yet" (the ack did not claim one)
+
+
+class _SlotState:
+    """Idle and live slot counts (slots increment ``idle``, only the claimer
+    decrements it)."""
+
+    __slots__ = ("idle", "alive", "_lock", "_loop", "_wakeup")
+
+    def __init__(self, n: int, loop: asyncio.AbstractEventLoop, wakeup: asyncio.Event) -> None:
+        self.idle = n
+        self.alive = n
+        self._lock = threading.Lock()
+        self._loop = loop
+        self._wakeup = wakeup
+
+    def _notify(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+        except RuntimeError:
+            pass  # the loop has closed (a forced stop)
+
+    def idle_one(self) -> None:
+        with self._lock:
+            self.idle += 1
+            first = self.idle == 1
+        if first:
+            self._notify()
+
+    def take(self) -> None:
+        with self._lock:
+            self.idle -= 1
+
+    def exited(self) -> None:
+        with self._lock:
+            self.alive -= 1
+        self._notify()
+
+
+class ThreadRunner:
+    """Runs a worker's plain-function handler on threads (``Worker.run``)."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self.worker = worker
+
+    # ------------------------------------------------------------ one job
+
+    def run_job(self, job: Job, error: Any = None, slot: int = -1) -> None:
+        """Run one delivery on this thread and record its outcome (the general
+        path: middleware, failures, deferrals, crash loops).  ``error``: the
+        first run already raised it (the fast path ran it)."""
+        w = self.worker
+        rec = w._recorder
+        if error is None:
+            crashed = _steps.begin(w, job)
+            if crashed is not None:
+                rec.apply(job, crashed[0], crashed[1], slot)
+                return
+            run = True
+        else:
+            run = False
+        call = w._call
+        while True:
+            if run:
+                rec.emit(Outcome.STARTED, job, None, slot)
+                error = None
+                try:
+                    call(job)
+                except BaseException as exc:
+                    error = exc
+            run = True
+            if error is not None and not isinstance(error, Exception):
+                # SystemExit / KeyboardInterrupt in a handler: hand the job back, stop the worker.
+                w.logger.error("handler raised %s: handing the job back and stopping", error_name(error))
+                job._finished = True
+                if not job.lost:
+                    rec.apply(job, RETURN, None, slot)
+                w.stop()
+                return
+            decision = _steps.after(w, job, error)
+            if decision is None:  # lost
+                job._finished = True
+                return
+            if _steps.waits_in_place(w, job, decision):
+                # A transport without release: keep the lease and wait on this slot (Part 4).
+                rec.emit(Outcome.RETRIED, job, error, slot)
+                due = time.monotonic() + decision.delay
+                if w._stop_event.wait(decision.delay):
+                    # Shutting down during the wait: hand it back, parked for
+                    # what is left of the delay.
+                    job._finished = True
+                    if not job.lost:
+                        rec.apply(job, Decision(Action.HANDBACK, delay=max(due - time.monotonic(), 0.0)), None,
+                                  slot)
+                    return
+                if job.lost:
+                    job._finished = True
+                    return
+                continue
+            job._finished = True
+            if not job.lost:
+                rec.apply(job, decision, error, slot)
+            return
+
+    # ------------------------------------------------------------ a slot
+
+    def slot(self, index: int, inbox: "_queue.SimpleQueue[Any]", state: _SlotState) -> None:
+        w = self.worker
+        t = w.transport
+        rec = w._recorder
+        wid = f"{w.worker_id}/{index}"
+        claim = t.claim
+        # A transport written before ack_and_claim (0.5) is served by ack + claim (the general path).
+        ack_and_claim = w._ack_and_claim
+        current = w.heartbeat.current
+        # The fast path: no middleware wraps the handler (observers are told).
+        plain = not w._wrapping
+        try:
+            while True:
+                lease = inbox.get()
+                if lease is None:
+                    break
+                if w._stopping:
+                    rec.handback(lease, index)
+                    continue
+                while lease is not None:
+                    if plain and ack_and_claim is not None:
+                        following = self.fast(lease, index)
+                    else:
+                        following = self.one(lease, index)
+                    if w._stopping:
+                        if following is not _NONE and following is not None:
+                            rec.handback(following, index)  # claimed as the stop came
+                        break
+                    if following is not _NONE:
+                        lease = following
+                        continue
+                    lease = _steps.claim_now(w, claim, wid, index)
+                if w._stopping:
+                    # Drain what the claimer handed over meanwhile.
+                    continue
+                state.idle_one()
+        except BaseException:  # pragma: no cover - a bug in the worker itself
+            w.logger.exception("worker slot %d crashed", index)
+            raise
+        finally:
+            current[index] = None
+            state.exited()
+
+    def fast(self, lease: Any, index: int) -> Any:
+        """The fast path (no middleware wraps the handler; the transport has
+        ``ack_and_claim``): run, then ack and claim the next in one call, and
+        run that, on this slot, while every handler returns and the worker
+        runs.  Anything else goes to the general path.  Returns the next
+        lease when the last ack claimed it, else ``_NONE``."""
+        w = self.worker
+        rec = w._recorder
+        handler = w._call
+        ack_and_claim = w._ack_and_claim
+        assert ack_and_claim is not None
+        wid = f"{w.worker_id}/{index}"
+        vis, floor = w.visibility, w.min_priority
+        max_attempts = w.retry.max_attempts
+        current = w.heartbeat.current
+        mine = rec.slot_counts[index]
+        started_i, succeeded_i = STARTED, SUCCEEDED
+        # Read once per run of the fast path (a hook added meanwhile counts from the next one).
+        observed = rec.observers
+        refcount = REFCOUNT
+        job: Optional[Job] = None
+        try:
+            while lease.attempt <= max_attempts:
+                if job is None or refcount is None or refcount(job) != 3:
+                    job = Job(w, lease)
+                    current[index] = job
+                else:
+                    # Nobody kept the last Job (its only references: this frame, the
+                    # heartbeat's slot, the call's argument): reuse it for this delivery.
+                    job.lease = lease
+                    job._finished = False
+                if observed:
+                    rec.emit(Outcome.STARTED, job, None, index)
+                else:
+                    mine[started_i] += 1
+                try:
+                    handler(job)
+                except BaseException as exc:
+                    self.run_job(job, exc, index)
+                    return _NONE
+                job._finished = True
+                if job.lost:
+                    return _NONE
+                if job._acked or w._stopping:
+                    rec.apply(job, ACK, None, index)  # the handler's own ack, or ack alone at a stop
+                    return _NONE
+                try:
+                    # One call (one commit on PostgreSQL): the ack and the next claim.
+                    following = ack_and_claim(job.lease, wid, vis, floor)
+                except LeaseLost as exc:
+                    rec.failed(job, exc)  # nothing acked, nothing claimed
+                    return _NONE
+                except EventDecodeError as exc:
+                    # The ack stood; the claim's message does not decode: bury its group.
+                    rec.emit(Outcome.SUCCEEDED, job, None, index)
+                    rec.undecodable(exc, index)
+                    return _NONE
+                except Exception as exc:
+                    rec.failed(job, exc)
+                    return _NONE
+                if observed:
+                    rec.emit(Outcome.SUCCEEDED, job, None, index)
+                else:
+                    mine[succeeded_i] += 1
+                if following is None or w._stopping:
+                    return following
+                lease = following
+        finally:
+            current[index] = None
+        return self.one(lease, index)
+
+    def one(self, lease: Any, index: int) -> Any:
+        """One delivery by the general path (middleware, crash loops, a
+        transport without ``ack_and_claim``); the result as ``fast``'s."""
+        job = Job(self.worker, lease)
+        current = self.worker.heartbeat.current
+        current[index] = job
+        try:
+            self.run_job(job, None, index)
+        finally:
+            current[index] = None
+        return _NONE
+
+    # ------------------------------------------------------------ the run
+
+    async def run(self) -> None:
+        w = self.worker
+        loop = asyncio.get_running_loop()
+        t = w.transport
+        rec = w._recorder
+        n = w.concurrency
+        inbox: "_queue.SimpleQueue[Any]" = _queue.SimpleQueue()
+        wakeup = asyncio.Event()
+        state = _SlotState(n, loop, wakeup)
+        claim_task: List[Optional["asyncio.Task[Any]"]] = [None]
+
+        def wake() -> None:
+            wakeup.set()
+            task = claim_task[0]
+            if task is not None and w._stopping:
+                task.cancel()
+
+        w._loop, w._wake = loop, wake
+        installed = install_signals(w, loop)
+        hb_done = threading.Event()
+        hb = threading.Thread(target=w.heartbeat.run_thread, args=(hb_done,), name=f"{w.name}-heartbeat",
+                              daemon=True)
+        slots = [threading.Thread(target=self.slot, args=(i, inbox, state), name=f"{w.name}-{i}", daemon=True)
+                 for i in range(n)]
+        w.logger.info("worker %s started: %d threads, visibility %gs, %r", w.worker_id, n, w.visibility, w.retry)
+        hb.start()
+        for th in slots:
+            th.start()
+        try:
+            vis, floor, wid = w.visibility, w.min_priority, w.worker_id
+            # The claim waits for a wake-up; the deadline only bounds what a
+            # missed one could cost (one idle wake-up per visibility / 3).
+            rewait = max(w.heartbeat.interval, 0.5)
+            while not w._stopping:
+                if state.idle == 0:
+                    wakeup.clear()
+                    if state.idle == 0 and not w._stopping:
+                        await wakeup.wait()
+                    continue
+                lease = await _steps.wait_claim(w, loop, claim_task, rewait)
+                if lease is _steps.STOP:
+                    break
+                if lease is None:
+                    continue
+                if w._stopping:
+                    rec.handback(lease)
+                    break
+                state.take()
+                inbox.put(lease)
+                extra = min(state.idle, w.batch - 1)
+                if extra > 0:
+                    try:
+                        more = t.claim_many(wid, vis, extra, floor)
+                    except EventDecodeError as exc:
+                        more = []
+                        await w._acall(rec.undecodable, exc)
+                    except Exception:
+                        more = []
+                    for lease in more:
+                        state.take()
+                        inbox.put(lease)
+            # Draining: wake the idle slots, wait for the busy ones.
+            for _ in range(n):
+                inbox.put(None)
+            await self._drain(loop, state, wakeup)
+            if not w._forced:
+                while True:
+                    try:
+                        lease = inbox.get_nowait()
+                    except _queue.Empty:
+                        break
+                    if lease is not None:
+                        rec.handback(lease)
+        finally:
+            hb_done.set()
+            remove_signals(loop, installed)
+            w._loop = w._wake = None
+
+    async def _drain(self, loop: asyncio.AbstractEventLoop, state: _SlotState, wakeup: asyncio.Event) -> None:
+        """Wait for the busy slots, ``drain_timeout`` then on (a thread cannot be killed)."""
+        w = self.worker
+        deadline = loop.time() + w.drain_timeout
+        warned = False
+        while state.alive and not w._forced:
+            remaining = deadline - loop.time()
+            wakeup.clear()
+            if not state.alive or w._forced:
+                break
+            if remaining <= 0:
+                if not warned:
+                    w.logger.warning(
+                        "drain_timeout passed with %d handler(s) still running: waiting for them (a thread "
+                        "cannot be killed; a second signal exits and leaves their leases to expire)",
+                        state.alive)
+                    warned = True
+                await wakeup.wait()
+            elif remaining == math.inf:
+                await wakeup.wait()
+            else:
+                try:
+                    await asyncio.wait_for(wakeup.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
