@@ -464,6 +464,12 @@ def _queue_command(t: Any, args: argparse.Namespace, stdin: Any) -> int:
         data = [_message_dict(m) for m in messages]
         rows = [[m.seq, m.attempt, _event_cell(m.event)] for m in messages]
         _print(args, data, _table(("seq", "attempt", "event"), rows) if rows else "(no messages)")
+        bad = sum(_is_undecodable(m.event) for m in messages)
+        if bad:
+            # One line on stderr (stdout stays the result, --json included).
+            sys.stderr.write(f"note: {bad} event(s) could not be decoded with the {args.serializer or 'pickle'} "
+                             "serializer: if they were published with another, pass it with --serializer "
+                             "(json, or MODULE:OBJECT)\n")
     elif cmd == "pause":
         if not t.pause(args.group_id):
             raise CliError(f"group {args.group_id!r} is already paused")
