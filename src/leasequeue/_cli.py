@@ -469,7 +469,7 @@ def _queue_command(t: Any, args: argparse.Namespace, stdin: Any) -> int:
             # One line on stderr (stdout stays the result, --json included).
             sys.stderr.write(f"note: {bad} event(s) could not be decoded with the {args.serializer or 'pickle'} "
                              "serializer: if they were published with another, pass it with --serializer "
-                             "(json, or MODULE:OBJECT)\n")
+                             "(pickle, json or MODULE:OBJECT)\n")
     elif cmd == "pause":
         if not t.pause(args.group_id):
             raise CliError(f"group {args.group_id!r} is already paused")
