@@ -71,15 +71,20 @@ examples:
   leasequeue queue --sqlite queue.db retry order-17          # run a buried head again, from attempt 1
   leasequeue queue --sqlite queue.db skip order-17 --seq 42  # drop the poison head, if it is seq 42
   leasequeue queue --postgres "dbname=app" --queue emails groups --json
+  leasequeue queue --sqlite queue.db --serializer json peek order-17   # a queue stored as JSON
 
-`resume` lifts a bury but keeps counting (the next delivery is attempt + 1):
+`peek` shows an event it cannot decode (a pickle of a class from the
+publisher's __main__, JSON read with pickle) as UNDECODABLE with its error
+and its stored form, instead of failing; --serializer must be the
+publishers' serializer.  `resume` lifts a bury but keeps counting (the next delivery is attempt + 1):
 a worker buries the group again at once if that is beyond its
 --max-attempts; `retry` gives the head a fresh budget.  `skip` and `purge`
 ask for confirmation on stdin (answer y); --yes skips the question, and
 without --yes a stdin that gives no answer refuses.
 
-Exit status: 0 done, 1 an unknown group or a refused action (one line on
-stderr), 2 bad arguments.
+Exit status: 0 done, 1 an unknown group, a refused action, a database
+that cannot be opened or a transport error, 2 bad arguments; every error is
+one line on stderr.
 """
 
 
@@ -269,13 +274,13 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def open_transport(args: argparse.Namespace, *, create: bool) -> Any:
-    """The transport ``--sqlite`` / ``--postgres`` [``--queue``] [``--serializer``]
-    name (``CliError`` with one line if it cannot be opened).  ``create``:
-    a SQLite file that does not exist is made (the worker), else refused."""
+def open_transport(args: argparse.Namespace, serializer: Any, *, create: bool) -> Any:
+    """The transport ``--sqlite`` / ``--postgres`` [``--queue``] name, storing
+    events with ``serializer`` (``resolve_serializer(args.serializer)``);
+    ``CliError`` with one line if it cannot be opened.  ``create``: a SQLite
+    file that does not exist is made (the worker), else refused."""
     if args.queue is not None and args.postgres is None:
         raise CliError("--queue names a PostgreSQL queue: use it with --postgres", 2)
-    serializer = resolve_serializer(args.serializer)
     if args.sqlite is not None:
         from . import SQLiteTransport
 
@@ -436,7 +441,7 @@ def _known(t: Any, group_id: str) -> Any:
 
 def run_queue(args: argparse.Namespace, stdin: Any = None) -> int:
     """``leasequeue queue``: 0 done, 1 unknown group or refused action."""
-    t = open_transport(args, create=False)
+    t = open_transport(args, resolve_serializer(args.serializer), create=False)
     try:
         return _queue_command(t, args, stdin or sys.stdin)
     finally:

@@ -109,14 +109,14 @@ def run_worker(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.metrics_host is not None and args.metrics_port is None:
         raise CliError("--metrics-host needs --metrics-port", 2)
-    resolve_serializer(args.serializer)  # a serializer that does not import: before anything runs
+    serializer = resolve_serializer(args.serializer)  # one that does not import: before anything runs
     target = load_target(args.target)
     options = build_worker_options(target, args)
     registry = None
     host = args.metrics_host if args.metrics_host is not None else "0.0.0.0"
     if args.metrics_port is not None:
         registry = _serve_metrics(args.metrics_port, host)
-    transport = open_transport(args, create=True)
+    transport = open_transport(args, serializer, create=True)
     try:
         try:
             worker = Worker(transport, target, metrics=registry, name="cli", **options)

@@ -316,3 +316,15 @@ def test_only_the_options_given_are_passed_to_worker() -> None:
     assert isinstance(retry, Retry) and (retry.max_attempts, retry.backoff) == (3, Retry().backoff)
     retry = options("--backoff", "0.25")["retry"]
     assert (retry.max_attempts, retry.backoff) == (Retry().max_attempts, 0.25)
+
+
+def test_a_database_that_does_not_exist_is_one_line(tmp_path: Path, worker_pg_conninfo: str,
+                                                      sqlite_backend: Any) -> None:
+    from psycopg.conninfo import make_conninfo
+
+    cli = Cli(tmp_path, sqlite_backend)
+    missing = make_conninfo(worker_pg_conninfo, dbname="lq_no_such_database")
+    for args, prog in ((("worker", "lq_cli_jobs:record", "--postgres", missing, "--queue", "q"), "leasequeue worker"),
+                       (("queue", "--postgres", missing, "--queue", "q", "groups"), "leasequeue queue")):
+        message = one_line(cli.run(*args), prog, 1)
+        assert message.startswith("cannot open the PostgreSQL queue: ") and "lq_no_such_database" in message
