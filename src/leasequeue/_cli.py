@@ -182,8 +182,8 @@ def add_parsers(sub: Any) -> None:
     w = sub.add_parser(
         "worker",
         help="run a handler for every message of a SQLite or PostgreSQL queue",
-        description="Run MODULE:OBJECT (a handler or a leasequeue.Task) for every message of a durable queue, with heartbeats, "
-        "retries with backoff, quarantine of poison messages and a graceful shutdown.",
+        description="Run MODULE:OBJECT (a handler or a leasequeue.Task) for every message of a durable queue, "
+        "with heartbeats, retries with backoff, quarantine of poison messages and a graceful shutdown.",
         epilog=WORKER_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
