@@ -161,3 +161,15 @@ def test_undecodable_is_exported_without_sqlite3_or_psycopg() -> None:
     env = {k: v for k, v in os.environ.items() if k != "COVERAGE_PROCESS_START"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_undecodable_head_can_be_skipped_from_the_cli(durable: Any, tmp_path: Path) -> None:
+    """``skip --seq`` peeks at the head first: before 0.7 that raised, so the
+    poison message that most needed skipping could not be."""
+    _publish_main_class(durable, tmp_path)
+    t = _open(durable)
+    t.publish("orders", "next")
+    r = _cli(durable, "skip", "orders", "--seq", "1", "--yes", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "skipped seq 1 of orders" in r.stdout
+    assert [(m.seq, m.event) for m in t.peek("orders", 5)] == [(2, "next")]
