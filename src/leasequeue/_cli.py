@@ -557,6 +557,9 @@ def main_worker(args: argparse.Namespace) -> int:
         return run_worker(args)
     except CliError as exc:
         return _fail("leasequeue worker", exc, exc.status, debug)
+    except KeyboardInterrupt:  # before the worker's own signal handlers (importing, connecting)
+        sys.stderr.write("leasequeue worker: interrupted\n")
+        return 130
     except Exception as exc:  # a transport error while running: one line, not a traceback
         return _fail("leasequeue worker", exc, 1, debug)
 
@@ -567,5 +570,8 @@ def main_queue(args: argparse.Namespace) -> int:
         return run_queue(args)
     except CliError as exc:
         return _fail("leasequeue queue", exc, exc.status, False)
+    except KeyboardInterrupt:
+        sys.stderr.write("leasequeue queue: interrupted\n")
+        return 130
     except Exception as exc:  # a transport error: one line, not a traceback
         return _fail("leasequeue queue", exc, 1, False)

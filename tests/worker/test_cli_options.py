@@ -283,6 +283,9 @@ def test_every_anticipated_queue_error_is_one_line(tmp_path: Path, sqlite_backen
     assert one_line(cli.run("queue", "--sqlite", str(tmp_path / "missing.db"), "stats"), q, 1) == (
         f"no such file: {tmp_path / 'missing.db'}")
     assert one_line(cli.run("queue", "--sqlite", db, "group", "nobody"), q, 1) == "no group 'nobody'"
+    (tmp_path / "not_a_db.db").write_bytes(b"this is not a SQLite file " * 100)
+    assert one_line(cli.run("queue", "--sqlite", str(tmp_path / "not_a_db.db"), "stats"), q, 1).startswith(
+        "cannot open ")
     assert "invalid choice: 'explode'" in one_line(cli.run("queue", "--sqlite", db, "explode"), q, 2)
     assert "unknown serializer" in one_line(cli.run("queue", "--sqlite", db, "--serializer", "x", "stats"), q, 2)
     assert "--queue names a PostgreSQL queue" in one_line(cli.run("queue", "--sqlite", db, "--queue", "a", "stats"),
