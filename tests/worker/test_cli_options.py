@@ -331,3 +331,37 @@ def test_a_database_that_does_not_exist_is_one_line(tmp_path: Path, worker_pg_co
                        (("queue", "--postgres", missing, "--queue", "q", "groups"), "leasequeue queue")):
         message = one_line(cli.run(*args), prog, 1)
         assert message.startswith("cannot open the PostgreSQL queue: ") and "lq_no_such_database" in message
+
+
+def test_ctrl_c_while_importing_the_handler_is_one_line(tmp_path: Path, sqlite_backend: Any) -> None:
+    cli = Cli(tmp_path, sqlite_backend)
+    marker = tmp_path / "importing"
+    (tmp_path / "lq_slow_import.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\ndef handle(job):\n    pass\n")
+    proc = subprocess.Popen([sys.executable, "-m", "leasequeue", "worker", "lq_slow_import:handle",
+                             "--sqlite", sqlite_backend.path], cwd=tmp_path, env=cli.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(marker.exists, timeout=20)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and err == "leasequeue worker: interrupted\n", err
+
+
+def test_the_defaults_the_help_shows_are_the_workers_own() -> None:
+    """No option given, nothing is passed: the defaults are Worker's and
+    Retry's, and ``--help`` must tell them right."""
+    from leasequeue import InMemoryTransport, Worker
+    from leasequeue.__main__ import build_parser
+
+    w = Worker(InMemoryTransport(), lambda job: None)
+    assert (w.concurrency, w.visibility, w.drain_timeout, w.min_priority) == (1, 30.0, 30.0, 0)
+    assert (w.retry.max_attempts, w.retry.backoff) == (5, 1.0)
+    helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0].choices["worker"]._actions}
+    for dest, shown in (("concurrency", "default 1"), ("visibility", "default 30"), ("drain_timeout", "default 30"),
+                        ("min_priority", "default 0"), ("max_attempts", "default 5"), ("backoff", "default 1")):
+        assert shown in helps[dest], (dest, helps[dest])
