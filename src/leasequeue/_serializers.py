@@ -95,14 +95,14 @@ class Undecodable:
     raw: Union[bytes, str]
     error: str
 
-    #: How many characters of ``raw``'s repr ``repr()`` shows.
-    REPR_RAW = 60
+    # How many characters of raw's repr repr() shows.
+    _REPR_RAW = 60
 
     def __repr__(self) -> str:
         raw = repr(self.raw)
-        if len(raw) > self.REPR_RAW:
+        if len(raw) > self._REPR_RAW:
             unit = "bytes" if isinstance(self.raw, bytes) else "chars"
-            raw = f"{raw[: self.REPR_RAW - 3]}... ({len(self.raw)} {unit})"
+            raw = f"{raw[: self._REPR_RAW - 3]}... ({len(self.raw)} {unit})"
         return f"Undecodable(error={self.error!r}, raw={raw})"
 
 
