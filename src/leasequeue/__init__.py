@@ -68,6 +68,7 @@ __all__ = [
     "Task",
     "Transport",
     "TransportStats",
+    "Undecodable",
     "WaitingTransport",
     "Worker",
     "__version__",
@@ -79,7 +80,7 @@ from ._backends.inmemory.transport import IMPLEMENTATION, NO_EXTENSIONS, InMemor
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__ below)
     from ._backends.inmemory.transport_py import InMemoryTransport as PyInMemoryTransport
     from ._backends.sqlite.transport import SQLiteTransport
-    from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError
+    from ._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, Undecodable
     from .worker import Job, Middleware, Retry, RetryLater, Task, Worker, task
 
 
@@ -95,7 +96,7 @@ def __getattr__(name: str) -> object:
     ``IMPLEMENTATION`` says (frozenlist's ``PyFrozenList``): a conformance
     kit user's second implementation to compare with.
     """
-    if name in ("JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError"):
+    if name in ("JSON_SERIALIZER", "PICKLE_SERIALIZER", "EventDecodeError", "Undecodable"):
         from . import _serializers
 
         value = getattr(_serializers, name)

@@ -1,7 +1,8 @@
 """Command line: ``leasequeue bench|worker|queue|info`` (also ``python -m leasequeue``).
 
-``leasequeue worker MODULE:FUNCTION`` runs a worker on a durable queue and
-``leasequeue queue`` operates one (``leasequeue._cli``).
+``leasequeue worker MODULE:OBJECT`` runs a worker on a durable queue and
+``leasequeue queue`` operates one (``leasequeue._cli``, ``leasequeue._cli_worker``);
+their errors, bad arguments included, are one line on stderr.
 
 ``leasequeue bench`` runs the side-by-side benchmarks (quick mode by
 default, under a minute) and prints the comparison table and the ratios;
@@ -18,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import List, Optional, Sequence
+from typing import List, NoReturn, Optional, Sequence
 
 
 def _version_string() -> str:
@@ -47,12 +48,21 @@ def _str_list(text: str) -> List[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr,
+    ``PROG: error: MESSAGE (see PROG --help)``, exit status 2 (its subcommands'
+    parsers are of this class too)."""
+
+    def error(self, message: str) -> "NoReturn":
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``leasequeue`` argument parser (subcommands: ``bench``, ``worker``, ``queue``, ``info``)."""
     from ._cli import add_parsers
     from .bench import ALL_IMPLS, WORKLOADS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="leasequeue",
         description="leasequeue: in-process message transport with per-group leases. "
         "Run 'leasequeue bench' to measure it against its pure-Python twin, queue.Queue, "

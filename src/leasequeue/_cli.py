@@ -1,28 +1,40 @@
 """The ``leasequeue worker`` and ``leasequeue queue`` command lines.
 
-``leasequeue worker MODULE:FUNCTION`` imports a handler (as ``uvicorn
-app:app`` does: the current directory is on ``sys.path``) and runs a
-:class:`~leasequeue.Worker` on a SQLite file or a PostgreSQL queue until
-SIGTERM/SIGINT; it exits 0 after a clean stop.  ``leasequeue queue`` is the
+``leasequeue worker MODULE:OBJECT`` imports a handler function or a
+configured ``leasequeue.Task`` (as ``uvicorn app:app`` does: the current
+directory is on ``sys.path``) and runs a :class:`~leasequeue.Worker` on a
+SQLite file or a PostgreSQL queue until SIGTERM/SIGINT; it exits 0 after a
+clean stop (``leasequeue._cli_worker``).  ``leasequeue queue`` is the
 operator's view of a durable queue: counts, groups, a group, its head
 messages, and pause / resume / retry / skip / purge (skip and purge ask for
 confirmation unless ``--yes``); tables for people, ``--json`` for scripts, a
 one-line message and a non-zero exit for an unknown group or a refused
 action.  Plain standard-library output.
+
+Every error the command lines anticipate (bad arguments, a handler module
+that does not import, an unknown serializer, a database that cannot be
+opened, a queue that does not exist, a port in use, a transport error) is
+one line on stderr, ``leasequeue worker: error: ...`` (the form argparse
+uses for bad arguments), and a non-zero exit: 2 for bad arguments, 1 for
+the rest.  ``leasequeue worker --log-level DEBUG`` also prints the
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib
 import json
-import logging
+import math
 import os
 import sys
 import time
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-__all__ = ["add_parsers", "run_queue", "run_worker"]
+__all__ = ["CliError", "add_parsers", "import_object", "main_queue", "main_worker", "open_transport",
+           "resolve_serializer", "run_queue"]
 
 STATES = ("ready", "leased", "parked", "paused", "buried", "scheduled")
 
@@ -30,8 +42,12 @@ WORKER_EPILOG = """\
 examples:
   leasequeue worker myapp.jobs:handle --sqlite /var/lib/app/queue.db --concurrency 8
   leasequeue worker myapp.jobs:handle --postgres "dbname=app" --queue emails --metrics-port 9100
+  leasequeue worker myapp.jobs:send_email --sqlite queue.db --serializer json --min-priority 5
 
-The handler gets a leasequeue.Job (job.event, job.group_id, job.seq,
+MODULE:OBJECT names a handler function, or a leasequeue.Task (made with
+leasequeue.task(handler, retry=..., hooks=..., middleware=...,
+min_priority=...)) that carries its own settings: the options given here
+override them, the ones left out do not.  The handler gets a leasequeue.Job (job.event, job.group_id, job.seq,
 job.attempt, job.lost); an `async def` handler runs on asyncio.  A handler
 that raises is retried with backoff (parked at its group's head) and, after
 --max-attempts, its group is buried: `leasequeue queue ... groups --state
@@ -41,6 +57,10 @@ without counting an attempt.  SIGTERM or SIGINT: stop claiming, let running
 handlers finish (up to --drain-timeout), hand back the rest uncounted (a
 restart spends no attempt), exit 0; a second signal exits at once (status 1)
 and leaves running handlers' leases to expire.
+
+Exit status: 0 after a clean stop, 1 after a forced stop or an error (a
+database that cannot be opened, a metrics port in use: one line on stderr),
+2 bad arguments (a target that does not import, an unknown serializer).
 """
 
 QUEUE_EPILOG = """\
@@ -51,15 +71,20 @@ examples:
   leasequeue queue --sqlite queue.db retry order-17          # run a buried head again, from attempt 1
   leasequeue queue --sqlite queue.db skip order-17 --seq 42  # drop the poison head, if it is seq 42
   leasequeue queue --postgres "dbname=app" --queue emails groups --json
+  leasequeue queue --sqlite queue.db --serializer json peek order-17   # a queue stored as JSON
 
-`resume` lifts a bury but keeps counting (the next delivery is attempt + 1):
+`peek` shows an event it cannot decode (a pickle of a class from the
+publisher's __main__, JSON read with pickle) as UNDECODABLE with its error
+and its stored form, instead of failing; --serializer must be the
+publishers' serializer.  `resume` lifts a bury but keeps counting (the next delivery is attempt + 1):
 a worker buries the group again at once if that is beyond its
 --max-attempts; `retry` gives the head a fresh budget.  `skip` and `purge`
 ask for confirmation on stdin (answer y); --yes skips the question, and
 without --yes a stdin that gives no answer refuses.
 
-Exit status: 0 done, 1 an unknown group or a refused action (one line on
-stderr), 2 bad arguments.
+Exit status: 0 done, 1 an unknown group, a refused action, a database
+that cannot be opened or a transport error, 2 bad arguments; every error is
+one line on stderr.
 """
 
 
@@ -76,6 +101,17 @@ def _add_backend(p: argparse.ArgumentParser) -> None:
     where.add_argument("--sqlite", metavar="PATH", help="a SQLite database file")
     where.add_argument("--postgres", metavar="CONNINFO", help="a PostgreSQL conninfo or URI")
     p.add_argument("--queue", metavar="Q", help="the PostgreSQL queue name (default: 'default')")
+    p.add_argument("--serializer", metavar="NAME", type=_serializer_name, default=None,
+                   help="how the events are stored: pickle (the default), json, or MODULE:OBJECT naming a "
+                        "(dumps, loads) pair or an object with dumps and loads; as the publishers' serializer=")
+
+
+def _serializer_name(text: str) -> str:
+    """An argparse ``type``: ``pickle``, ``json`` or ``MODULE:OBJECT`` (imported later)."""
+    module_name, sep, attr = text.partition(":")
+    if text not in ("pickle", "json") and not (sep and module_name and attr):
+        raise argparse.ArgumentTypeError(f"unknown serializer {text!r}: pickle, json, or MODULE:OBJECT")
+    return text
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -97,14 +133,38 @@ _positive_int = _int_at_least(1)
 _count = _int_at_least(0)
 
 
-def _seconds(text: str) -> float:
+def _priority(text: str) -> int:
+    """An argparse ``type``: a priority floor (any 64-bit signed integer)."""
     try:
-        value = float(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0: {text!r}")
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not -(2**63) <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be a 64-bit signed integer: {text!r}")
     return value
+
+
+def _duration(*, positive: bool, infinite: bool) -> Callable[[str], float]:
+    """An argparse ``type``: seconds, ``> 0`` if ``positive`` else ``>= 0``;
+    ``inf`` accepted only if ``infinite``.  The messages are one phrase each:
+    ``must be > 0``, ``must be >= 0``, ``must be finite``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if math.isnan(value):
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+        if positive and not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+        if value == math.inf and not infinite:
+            raise argparse.ArgumentTypeError(f"must be finite: {text!r}")
+        return value
+
+    return parse
 
 
 def _port(text: str) -> int:
@@ -113,7 +173,7 @@ def _port(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
     if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535): {text!r}")
     return value
 
 
@@ -122,27 +182,36 @@ def add_parsers(sub: Any) -> None:
     w = sub.add_parser(
         "worker",
         help="run a handler for every message of a SQLite or PostgreSQL queue",
-        description="Run MODULE:FUNCTION for every message of a durable queue, with heartbeats, "
-        "retries with backoff, quarantine of poison messages and a graceful shutdown.",
+        description="Run MODULE:OBJECT (a handler or a leasequeue.Task) for every message of a durable queue, "
+        "with heartbeats, retries with backoff, quarantine of poison messages and a graceful shutdown.",
         epilog=WORKER_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    w.add_argument("target", metavar="MODULE:FUNCTION", help="the handler, e.g. myapp.jobs:handle")
+    w.add_argument("target", metavar="MODULE:OBJECT",
+                   help="the handler function, or a leasequeue.Task carrying its settings: e.g. myapp.jobs:handle")
     _add_backend(w)
-    w.add_argument("--concurrency", type=_positive_int, default=1, metavar="N",
+    # Defaults are None: only what the user gives is passed to Worker, so a
+    # Task's own settings stand; the defaults shown are Worker's and Retry's.
+    w.add_argument("--concurrency", type=_positive_int, metavar="N",
                    help="handlers running at once (threads, or asyncio tasks for async def; default 1)")
-    w.add_argument("--visibility", type=_seconds, default=30.0, metavar="S",
+    w.add_argument("--visibility", type=_duration(positive=True, infinite=False), metavar="S",
                    help="lease seconds; the heartbeat extends them every S/3 (default 30)")
-    w.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N",
-                   help="deliveries before a failing message's group is buried (default 5)")
-    w.add_argument("--backoff", type=_seconds, default=1.0, metavar="S",
-                   help="delay before the first retry; doubled at each failure, capped at 300 s (default 1)")
-    w.add_argument("--drain-timeout", type=_seconds, default=30.0, metavar="S",
-                   help="seconds running handlers get to finish at shutdown (default 30)")
+    w.add_argument("--max-attempts", type=_positive_int, metavar="N",
+                   help="deliveries before a failing message's group is buried (default 5, or the Task's)")
+    w.add_argument("--backoff", type=_duration(positive=False, infinite=False), metavar="S",
+                   help="delay before the first retry; doubled at each failure, capped at 300 s "
+                        "(default 1, or the Task's)")
+    w.add_argument("--drain-timeout", type=_duration(positive=False, infinite=True), metavar="S",
+                   help="seconds running handlers get to finish at shutdown; inf waits for them (default 30)")
+    w.add_argument("--min-priority", type=_priority, metavar="N",
+                   help="serve only groups of priority >= N (default 0, or the Task's)")
     w.add_argument("--metrics-port", type=_port, metavar="P",
-                   help="serve Prometheus metrics on http://0.0.0.0:P/metrics (needs prometheus_client)")
+                   help="serve Prometheus metrics on http://HOST:P/metrics (needs prometheus_client)")
+    w.add_argument("--metrics-host", metavar="HOST",
+                   help="the address the metrics server binds (default 0.0.0.0, every interface; "
+                        "127.0.0.1 keeps it local)")
     w.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                   help="logging level on stderr (default INFO)")
+                   help="logging level on stderr (default INFO); DEBUG also prints an error's traceback")
 
     q = sub.add_parser(
         "queue",
@@ -182,7 +251,34 @@ def add_parsers(sub: Any) -> None:
 # ------------------------------------------------------------------ shared
 
 
-def _open(args: argparse.Namespace, *, create: bool) -> Any:
+def resolve_serializer(spec: Optional[str]) -> Any:
+    """``--serializer``: ``pickle``, ``json`` or ``MODULE:OBJECT`` -> what
+    ``serializer=`` takes (``CliError`` for anything else)."""
+    if spec is None or spec in ("pickle", "json"):
+        return spec
+    obj = import_object(spec, "MODULE:OBJECT", "the serializer")
+    if not isinstance(obj, tuple) and callable(getattr(obj, "dumps", None)) and callable(getattr(obj, "loads", None)):
+        obj = (obj.dumps, obj.loads)
+    from ._serializers import check_serializer
+
+    try:
+        check_serializer(obj)
+    except (TypeError, ValueError):
+        raise CliError(f"the serializer {spec} is {type(obj).__name__}, not a (dumps, loads) pair of callables "
+                       "or an object with dumps() and loads()", 2) from None
+    return obj
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def open_transport(args: argparse.Namespace, serializer: Any, *, create: bool) -> Any:
+    """The transport ``--sqlite`` / ``--postgres`` [``--queue``] name, storing
+    events with ``serializer`` (``resolve_serializer(args.serializer)``);
+    ``CliError`` with one line if it cannot be opened.  ``create``: a SQLite
+    file that does not exist is made (the worker), else refused."""
     if args.queue is not None and args.postgres is None:
         raise CliError("--queue names a PostgreSQL queue: use it with --postgres", 2)
     if args.sqlite is not None:
@@ -191,77 +287,38 @@ def _open(args: argparse.Namespace, *, create: bool) -> Any:
         if not create and not os.path.exists(args.sqlite):
             raise CliError(f"no such file: {args.sqlite}")
         try:
-            return SQLiteTransport(args.sqlite)
+            return SQLiteTransport(args.sqlite, serializer=serializer)
         except Exception as exc:
-            raise CliError(f"cannot open {args.sqlite}: {exc}") from exc
+            raise CliError(f"cannot open {args.sqlite}: {_first_line(exc)}") from exc
     try:
         from . import PostgresTransport
     except ImportError as exc:
         raise CliError(f"--postgres needs psycopg: pip install 'leasequeue[postgres]' ({exc})") from exc
     try:
-        return PostgresTransport(args.postgres, queue=args.queue or "default")
+        return PostgresTransport(args.postgres, queue=args.queue or "default", serializer=serializer)
     except Exception as exc:
-        raise CliError(f"cannot open the PostgreSQL queue: {str(exc).strip().splitlines()[0]}") from exc
+        raise CliError(f"cannot open the PostgreSQL queue: {_first_line(exc)}") from exc
 
 
-def load_handler(target: str) -> Callable[..., Any]:
-    """``"package.module:function"`` (or ``module:obj.attr``) -> the callable."""
+def import_object(target: str, form: str = "MODULE:OBJECT", what: str = "the handler") -> Any:
+    """``"package.module:name"`` (or ``module:obj.attr``) -> the object (``CliError`` status 2 otherwise)."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise CliError(f"the handler must be given as MODULE:FUNCTION, not {target!r}", 2)
+        raise CliError(f"{what} must be given as {form}, not {target!r}", 2)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise CliError(f"cannot import {module_name!r}: {exc}", 2) from exc
+        raise CliError(f"cannot import {module_name!r}: {_first_line(exc)}", 2) from exc
     except Exception as exc:
-        raise CliError(f"importing {module_name!r} raised {type(exc).__name__}: {exc}", 2) from exc
+        raise CliError(f"importing {module_name!r} raised {type(exc).__name__}: {_first_line(exc)}", 2) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise CliError(f"{module_name!r} has no attribute {attr!r}", 2) from None
-    if not callable(obj):
-        raise CliError(f"{target} is not callable", 2)
-    return obj  # type: ignore[no-any-return,unused-ignore]
-
-
-# ------------------------------------------------------------------ worker
-
-
-def run_worker(args: argparse.Namespace) -> int:
-    """``leasequeue worker``: 0 after a clean stop, 1 after a forced one."""
-    from ._worker import Retry, Worker
-
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.visibility <= 0:
-        raise CliError("--visibility must be > 0", 2)
-    handler = load_handler(args.target)
-    metrics = None
-    if args.metrics_port is not None:
-        try:
-            import prometheus_client  # noqa: F401
-        except ImportError:
-            raise CliError("--metrics-port needs prometheus_client: pip install 'leasequeue[metrics]'", 2) from None
-        metrics = True
-    transport = _open(args, create=True)
-    try:
-        worker = Worker(transport, handler, concurrency=args.concurrency, visibility=args.visibility,
-                        retry=Retry(max_attempts=args.max_attempts, backoff=args.backoff),
-                        drain_timeout=args.drain_timeout,
-                        metrics=metrics, name="cli")
-        if args.metrics_port is not None:
-            worker.serve_metrics(args.metrics_port)
-            worker.logger.info("metrics on http://0.0.0.0:%d/metrics", args.metrics_port)
-        worker.run()
-    finally:
-        try:
-            transport.close()
-        except Exception:
-            pass
-    return 1 if worker.forced else 0
+    return obj
 
 
 # ------------------------------------------------------------------ queue
@@ -273,6 +330,43 @@ def _jsonable(event: Any) -> Any:
     except (TypeError, ValueError):
         return repr(event)
     return event
+
+
+def _is_undecodable(event: Any) -> bool:
+    from ._serializers import Undecodable
+
+    return type(event) is Undecodable
+
+
+def _message_dict(m: Any) -> Dict[str, Any]:
+    """A peeked message for ``--json``.  An event that cannot be decoded is
+    ``"event": null`` with ``"error"`` (one line) and ``"raw"`` (the stored
+    form: text as it is, bytes in base64, as ``"raw_encoding"`` says);
+    ``"error"`` is null for every other message."""
+    d: Dict[str, Any] = {"seq": m.seq, "attempt": m.attempt, "event": None, "error": None,
+                         "due_at": getattr(m, "due_at", None), "key": getattr(m, "key", None)}
+    if _is_undecodable(m.event):
+        raw = m.event.raw
+        d["error"] = m.event.error
+        if isinstance(raw, str):
+            d["raw"], d["raw_encoding"] = raw, "text"
+        else:
+            d["raw"], d["raw_encoding"] = base64.b64encode(raw).decode("ascii"), "base64"
+    else:
+        d["event"] = _jsonable(m.event)
+    return d
+
+
+def _event_cell(event: Any, width: int = 100) -> str:
+    """A peeked event for the table: its repr, or, for one that cannot be
+    decoded, ``UNDECODABLE (error) raw: ...``; cut at ``width`` characters."""
+    if _is_undecodable(event):
+        raw = repr(event.raw)
+        text = f"UNDECODABLE ({event.error}) raw: {raw}"
+        width = max(width, len(text) - len(raw) + 40)  # the error in full, and some of the raw form
+    else:
+        text = repr(event)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _when(value: Optional[float]) -> str:
@@ -347,7 +441,7 @@ def _known(t: Any, group_id: str) -> Any:
 
 def run_queue(args: argparse.Namespace, stdin: Any = None) -> int:
     """``leasequeue queue``: 0 done, 1 unknown group or refused action."""
-    t = _open(args, create=False)
+    t = open_transport(args, resolve_serializer(args.serializer), create=False)
     try:
         return _queue_command(t, args, stdin or sys.stdin)
     finally:
@@ -372,13 +466,15 @@ def _queue_command(t: Any, args: argparse.Namespace, stdin: Any) -> int:
     elif cmd == "peek":
         _known(t, args.group_id)
         messages = t.peek(args.group_id, args.count)
-        data = [{"seq": m.seq, "attempt": m.attempt, "event": _jsonable(m.event),
-                 "due_at": getattr(m, "due_at", None), "key": getattr(m, "key", None)} for m in messages]
-        rows = []
-        for m in messages:
-            text = repr(m.event)
-            rows.append([m.seq, m.attempt, text if len(text) <= 100 else text[:99] + "…"])
+        data = [_message_dict(m) for m in messages]
+        rows = [[m.seq, m.attempt, _event_cell(m.event)] for m in messages]
         _print(args, data, _table(("seq", "attempt", "event"), rows) if rows else "(no messages)")
+        bad = sum(_is_undecodable(m.event) for m in messages)
+        if bad:
+            # One line on stderr (stdout stays the result, --json included).
+            sys.stderr.write(f"note: {bad} event(s) could not be decoded with the {args.serializer or 'pickle'} "
+                             "serializer: if they were published with another, pass it with --serializer "
+                             "(pickle, json or MODULE:OBJECT)\n")
     elif cmd == "pause":
         if not t.pause(args.group_id):
             raise CliError(f"group {args.group_id!r} is already paused")
@@ -443,20 +539,39 @@ def _skip(t: Any, args: argparse.Namespace, stdin: Any) -> None:
     _print(args, {"group_id": args.group_id, "skipped_seq": head.seq}, f"skipped seq {head.seq} of {args.group_id}")
 
 
+def _fail(prog: str, exc: BaseException, status: int, debug: bool) -> int:
+    """One line on stderr, ``PROG: error: MESSAGE`` (the traceback before it if ``debug``)."""
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    message = str(exc) if isinstance(exc, CliError) else f"{type(exc).__name__}: {_first_line(exc)}"
+    sys.stderr.write(f"{prog}: error: {' '.join(message.split()) or type(exc).__name__}\n")
+    return status
+
+
 def main_worker(args: argparse.Namespace) -> int:
+    """``leasequeue worker``, every error one line (``--log-level DEBUG``: with its traceback)."""
+    from ._cli_worker import run_worker
+
+    debug = args.log_level == "DEBUG"
     try:
         return run_worker(args)
     except CliError as exc:
-        sys.stderr.write(f"leasequeue worker: {exc}\n")
-        return exc.status
+        return _fail("leasequeue worker", exc, exc.status, debug)
+    except KeyboardInterrupt:  # before the worker's own signal handlers (importing, connecting)
+        sys.stderr.write("leasequeue worker: interrupted\n")
+        return 130
+    except Exception as exc:  # a transport error while running: one line, not a traceback
+        return _fail("leasequeue worker", exc, 1, debug)
 
 
 def main_queue(args: argparse.Namespace) -> int:
+    """``leasequeue queue``, every error one line."""
     try:
         return run_queue(args)
     except CliError as exc:
-        sys.stderr.write(f"leasequeue queue: {exc}\n")
-        return exc.status
+        return _fail("leasequeue queue", exc, exc.status, False)
+    except KeyboardInterrupt:
+        sys.stderr.write("leasequeue queue: interrupted\n")
+        return 130
     except Exception as exc:  # a transport error: one line, not a traceback
-        sys.stderr.write(f"leasequeue queue: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}\n")
-        return 1
+        return _fail("leasequeue queue", exc, 1, False)

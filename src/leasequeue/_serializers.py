@@ -15,9 +15,12 @@ itself (``docs/contract.md``, Part 3).  ``serializer=`` of both takes:
 An event whose ``dumps`` raises is not published (the serializer's error
 propagates).  One whose ``loads`` raises at claim time raises
 ``EventDecodeError``: the claim happened, and the error carries its lease.
+``peek`` never raises for it: the message's ``event`` is an
+``Undecodable`` (the stored form and the error), so an operator can see a
+poison message that cannot be decoded.
 
 Standard library only: ``leasequeue.JSON_SERIALIZER``,
-``PICKLE_SERIALIZER`` and ``EventDecodeError`` need neither sqlite3 nor
+``PICKLE_SERIALIZER``, ``EventDecodeError`` and ``Undecodable`` need neither sqlite3 nor
 psycopg.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import dataclass
 from typing import Any, Callable, List, Tuple, Union
 
 from ._errors import LeaseQueueError
@@ -34,7 +38,9 @@ __all__ = [
     "PICKLE_SERIALIZER",
     "EventDecodeError",
     "Serializer",
+    "Undecodable",
     "check_serializer",
+    "decode_or_undecodable",
     "serialize",
     "serialize_bytes",
 ]
@@ -72,6 +78,47 @@ class EventDecodeError(LeaseQueueError):
         #: claim_many: every lease of the batch (the undecodable ones with
         #: their stored bytes as the event), all of them claimed.
         self.leases: List[Any] = [lease]
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """What ``peek`` shows for a stored event that ``loads`` cannot decode.
+
+    ``raw`` is the stored form (``bytes``, or ``str`` for a text-storing
+    serializer on SQLite) and ``error`` one line naming the exception, e.g.
+    ``"AttributeError: Can't get attribute 'Order' on <module '__main__'>"``.
+    ``peek`` returns it as the message's ``event`` instead of raising, so a
+    poison message that cannot be decoded can be seen (and skipped); a claim
+    of that message still raises ``EventDecodeError`` carrying its lease.
+    """
+
+    raw: Union[bytes, str]
+    error: str
+
+    # How many characters of raw's repr repr() shows.
+    _REPR_RAW = 60
+
+    def __repr__(self) -> str:
+        raw = repr(self.raw)
+        if len(raw) > self._REPR_RAW:
+            unit = "bytes" if isinstance(self.raw, bytes) else "chars"
+            raw = f"{raw[: self._REPR_RAW - 3]}... ({len(self.raw)} {unit})"
+        return f"Undecodable(error={self.error!r}, raw={raw})"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def decode_or_undecodable(loads: Callable[[Any], Any], data: Any) -> Any:
+    """``loads(data)``, or an ``Undecodable`` of ``data`` if it raises an
+    ``Exception`` (a ``BaseException`` propagates): what ``peek`` shows."""
+    try:
+        return loads(data)
+    except Exception as exc:
+        return Undecodable(data, _one_line(exc))
 
 
 def check_serializer(serializer: Any) -> Serializer:

@@ -77,7 +77,9 @@ class Message(NamedTuple):
     """One held message as ``peek()`` shows it, whatever its state."""
 
     seq: int
-    #: The published object (in memory), or an equal copy (durable backends).
+    #: The published object (in memory), or an equal copy (durable backends;
+    #: a :class:`~leasequeue.Undecodable` there, with the stored form and the
+    #: error, when the serializer cannot read it back: new in 0.7).
     event: Any
     #: Its attempt count: deliveries so far (0 for a message never claimed);
     #: ``release`` hands one back, ``retry`` resets it to 0.

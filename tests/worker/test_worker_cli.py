@@ -234,7 +234,7 @@ def test_worker_cli_errors(tmp_path: Path) -> None:
     r = run("lq_test_jobs:nothing", "--sqlite", db)
     assert r.returncode == 2 and "no attribute 'nothing'" in r.stderr
     r = run("lq_test_jobs", "--sqlite", db)
-    assert r.returncode == 2 and "MODULE:FUNCTION" in r.stderr
+    assert r.returncode == 2 and "MODULE:OBJECT" in r.stderr
     r = run("lq_test_jobs:crashy", "--sqlite", db, "--queue", "q")
     assert r.returncode == 2 and "--queue" in r.stderr
     r = run("lq_test_jobs:crashy", "--sqlite", db, "--concurrency", "0")

@@ -24,7 +24,7 @@ import psycopg  # only leasequeue._backends.load() imports this module: it names
 from ..durable import DeliveryKey, check_lease, decoded_lease, issue, lease_delivery, lease_key, lost
 from ..._errors import LeaseQueueError
 from .waiting import Listener, Waiter, WaitRoom
-from ..._serializers import EventDecodeError, check_serializer, serialize_bytes
+from ..._serializers import EventDecodeError, check_serializer, decode_or_undecodable, serialize_bytes
 from ..sqlfiles import load_migrations, load_queries, load_script
 from ..._types import GroupInfo, Message, TransportStats
 from ..._validation import (
@@ -901,7 +901,8 @@ class PostgresTransport:
         """The group's oldest ``max_count`` messages, head first, whatever their
         state, as ``Message(seq, event, attempt, due_at, key)`` (equal copies
         of the events; ``attempt``: the attempt count so far).  ``[]`` for an unknown group.  Changes
-        nothing.  An event that cannot be deserialized raises ``EventDecodeError``."""
+        nothing.  An event that cannot be deserialized is shown as a
+        ``leasequeue.Undecodable`` (its stored bytes and the error) instead of raising."""
         group_id = check_id(group_id, "group_id")
         max_count = check_count(max_count)
         self._check_open("peek")
@@ -910,14 +911,7 @@ class PostgresTransport:
         rows = self._execute("peek", _Q["peek"], (min(max_count, 2**63 - 1), self._queue, group_id))
         out = []
         for seq, payload, attempt, due_at, key in rows:
-            try:
-                event = self._loads(bytes(payload))
-            except Exception as exc:
-                raise EventDecodeError(
-                    f"the event of message {seq} in group {group_id!r} could not be deserialized "
-                    f"({type(exc).__name__}: {exc})",
-                    None,
-                ) from exc
+            event = decode_or_undecodable(self._loads, bytes(payload))
             out.append(Message(int(seq), event, int(attempt), None if due_at is None else float(due_at), key))
         return out
 

@@ -77,6 +77,7 @@ from .later import fence as _fence
 from ..durable import lost as _lost
 from ..._serializers import JSON_SERIALIZER, PICKLE_SERIALIZER, EventDecodeError, serialize
 from ..._serializers import check_serializer as _check_serializer
+from ..._serializers import decode_or_undecodable
 from ..sqlfiles import load_migrations, load_queries, load_statements
 from .waiting import Waiter, WaitQueue, Watcher, call_all
 from ..._types import PARKED, GroupInfo, Message, TransportStats
@@ -1092,7 +1093,8 @@ class SQLiteTransport(LaterOnce, InAppTransaction):
         deliveries so far; the event an equal copy; ``due_at``: the due time
         it was published with, or None; ``key``: its key, or None).  ``[]`` for an unknown group.  Changes
         nothing; O(log G + max_count).  Events are deserialized after the
-        lock; one that cannot be raises ``EventDecodeError``.
+        lock; one that cannot be is shown as a ``leasequeue.Undecodable``
+        (its stored form and the error) instead of raising.
         """
         group_id = check_id(group_id, "group_id")
         max_count = _check_count(max_count)
@@ -1113,15 +1115,9 @@ class SQLiteTransport(LaterOnce, InAppTransaction):
         ]
 
     def _decoded(self, data: Any, seq: int, group_id: str) -> Any:
-        """A peeked message's event (after the lock: deserializing is user code)."""
-        try:
-            return self._loads(data)
-        except Exception as exc:
-            raise EventDecodeError(
-                f"the event of message {seq} in group {group_id!r} could not be deserialized "
-                f"({type(exc).__name__}: {exc})",
-                None,
-            ) from exc
+        """A peeked message's event (after the lock: deserializing is user code),
+        or an ``Undecodable`` of the stored data if it cannot be deserialized."""
+        return decode_or_undecodable(self._loads, data)
 
     # ------------------------------------------------------------ Part 2: batches
 
