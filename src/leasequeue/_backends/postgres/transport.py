@@ -451,7 +451,7 @@ class PostgresTransport:
         self._check_open(what)
         return self._read_clock()
 
-    def _execute(self, what: str, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
+    def _execute(self, what: str, sql: str, params: Sequence[Any], check: bool = True) -> List[Tuple[Any, ...]]:
         """One statement on a pooled connection; its rows.  A ``_NOW`` among
         the parameters becomes the clock's reading, taken once the connection
         is in hand (after the closed check: a closed transport reads no clock)."""
@@ -468,7 +468,7 @@ class PostgresTransport:
             rows = conn.execute(sql, params).fetchall()
         except psycopg.Error as exc:
             self._pool.discard(conn)
-            raise self._failed(exc, what) from exc
+            raise (self._failed(exc, what) if check else _error(exc, what)) from exc
         except BaseException:
             # Interrupted mid-call (KeyboardInterrupt): the connection's
             # state is unknown, so it is not reused.
@@ -532,7 +532,7 @@ class PostgresTransport:
         still exists: the check of the paths that found nothing (an empty
         claim or read, a lease not current), never of a hot path."""
         rows = self._execute("check queue", "SELECT 1 FROM leasequeue.queues WHERE id = %s AND name = %s",
-                             (self._queue, self._name))
+                             (self._queue, self._name), check=False)
         if not rows:
             raise _queues.missing(self._name)
 
