@@ -28,16 +28,17 @@ runs one statement on it.  The rules (docs/decisions.md, "Transactions
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import psycopg
 from psycopg.rows import tuple_row
 
 from ..._errors import QueueNotFound
 
-__all__ = ["AppConnections", "check_async_conn", "check_conn", "IDENTITY_SQL"]
+__all__ = ["AppConnections", "check_async_conn", "check_conn", "in_app_tx", "IDENTITY_SQL"]
 
 #: The database a connection reaches: (cluster system identifier, database oid).
 IDENTITY_SQL = (
@@ -52,6 +53,25 @@ _VERIFY_SQL = (
     "(SELECT oid FROM pg_database WHERE datname = current_database()), "
     "EXISTS (SELECT 1 FROM leasequeue.queues WHERE id = %s AND name = %s)"
 )
+
+_CALL = re.compile(r"(leasequeue\.\w+)\(%s")
+_MARKED: Dict[str, str] = {}
+
+
+def in_app_tx(sql: str) -> str:
+    """The named query ``sql`` (a call ``leasequeue.f(%s, ...)`` whose first
+    argument is the queue) with its queue passed through
+    ``leasequeue.app_tx``, which marks the transaction as the application's
+    before ``f`` runs (schema.sql, ``announce``: no shared listen lock
+    held until the application's commit)."""
+    marked = _MARKED.get(sql)
+    if marked is None:
+        marked, n = _CALL.subn(r"\1(leasequeue.app_tx(%s)", sql, count=1)
+        if n != 1:  # a packaging error: every write is such a call
+            raise AssertionError(f"not a leasequeue call: {sql!r}")
+        _MARKED[sql] = marked
+    return marked
+
 
 _NO_SCHEMA = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)
 

@@ -24,7 +24,7 @@ import psycopg  # only leasequeue._backends.load() imports this module: it names
 from ..durable import DeliveryKey, check_lease, decoded_lease, issue, lease_delivery, lease_key, lost
 from ..._errors import LeaseQueueError, QueueNotFound
 from . import queues as _queues
-from .appconn import IDENTITY_SQL, AppConnections, check_async_conn, check_conn
+from .appconn import IDENTITY_SQL, AppConnections, check_async_conn, check_conn, in_app_tx
 from .waiting import Listener, Waiter, WaitRoom
 from ..._serializers import EventDecodeError, check_serializer, serialize_bytes
 from ..sqlfiles import load_migrations, load_queries, load_script
@@ -51,8 +51,9 @@ __all__ = ["SCHEMA_VERSION", "PostgresTransport"]
 #: ``install()`` upgrades an older one (1, leasequeue 0.3, or later) with the
 #: numbered files of ``_backends/postgres/migrations/``.  Version 4
 #: (leasequeue 0.6): delayed publish, idempotency keys, release, retry,
-#: fencing by delivery.
-SCHEMA_VERSION = 4
+#: fencing by delivery.  Version 5 (0.7): operations in the application's
+#: transaction (``conn=``: ``leasequeue.app_tx``; no table change).
+SCHEMA_VERSION = 5
 #: The oldest schema version ``install()`` can upgrade: the first released one.
 OLDEST_UPGRADABLE = 1
 
@@ -489,7 +490,7 @@ class PostgresTransport:
         if any(p is _NOW for p in params):
             now = self._read_clock()
             params = tuple(now if p is _NOW else p for p in params)
-        return self._app.run(conn, what, sql, params)
+        return self._app.run(conn, what, in_app_tx(sql), params)
 
     async def _arun(self, what: str, sql: str, params: Sequence[Any], conn: Any) -> List[Tuple[Any, ...]]:
         """``_run`` for ``apublish`` / ``aack``: on ``conn`` (an
@@ -500,7 +501,7 @@ class PostgresTransport:
             now = self._read_clock()
             params = tuple(now if p is _NOW else p for p in params)
         if conn is not None:
-            return await self._app.arun(conn, what, sql, params)
+            return await self._app.arun(conn, what, in_app_tx(sql), params)
         loop = asyncio.get_running_loop()
         own = await self._aconn(loop)
         try:
