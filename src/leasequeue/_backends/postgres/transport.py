@@ -402,7 +402,7 @@ class PostgresTransport:
     def list_queues(conninfo: str) -> List[Tuple[str, TransportStats]]:
         """Every queue of the database, by name, with its counts (as
         ``stats()`` gives them; read only: this frees no expired lock)."""
-        return list(_admin(conninfo, None, "list_queues", lambda conn, _name: _queues.list_all(conn)))
+        return list(_admin(conninfo, _NO_NAME, "list_queues", lambda conn, _name: _queues.list_all(conn)))
 
     def _connect(self) -> Any:
         try:
@@ -1257,12 +1257,16 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
     )
 
 
-def _admin(conninfo: str, name: Optional[str], what: str, act: Callable[[Any, Any], Any]) -> Any:
+_NO_NAME: Any = object()
+
+
+def _admin(conninfo: str, name: Any, what: str, act: Callable[[Any, Any], Any]) -> Any:
     """Run ``act(conn, name)`` in one transaction on a connection of its own,
-    once the schema is known to be there and current (``name`` checked first)."""
+    once the schema is known to be there and current (``name``, unless
+    ``_NO_NAME``, checked first)."""
     if not isinstance(conninfo, str):
         raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
-    if name is not None:
+    if name is not _NO_NAME:
         name = _queues.check_queue_name(name, "name")
     try:
         with psycopg.connect(conninfo, autocommit=True) as conn:
