@@ -98,12 +98,16 @@ def drop(conn: Any, name: str) -> bool:
     # Every group row first (in a fixed order, as ack_many locks them): a
     # transaction that holds one (an application's, mid-ack) is waited for.
     conn.execute("SELECT 1 FROM leasequeue.groups WHERE queue = %s ORDER BY group_id FOR UPDATE", (queue_id,))
-    for table in ("messages", "groups", "keys", "listeners"):
-        conn.execute(f"DELETE FROM leasequeue.{table} WHERE queue = %s", (queue_id,))
-    conn.execute("DELETE FROM leasequeue.queues WHERE id = %s", (queue_id,))
+    # Then the message sequence: dropping it waits for every open
+    # transaction that drew a seq from it (an application's publish, not
+    # committed yet), and any later publish fails.  Only then the rows: each
+    # DELETE sees what those transactions committed meanwhile.
     row = conn.execute("SELECT %s::oid::regclass::text", (seq_oid,)).fetchone()
     if row is not None and row[0] is not None and not str(row[0]).isdigit():
         conn.execute(f"DROP SEQUENCE IF EXISTS {row[0]}")
+    for table in ("messages", "groups", "keys", "listeners"):
+        conn.execute(f"DELETE FROM leasequeue.{table} WHERE queue = %s", (queue_id,))
+    conn.execute("DELETE FROM leasequeue.queues WHERE id = %s", (queue_id,))
     conn.execute("SELECT pg_notify(%s, 'dropped')", (f"leasequeue_{queue_id}",))
     return True
 
