@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Callable, List
+from typing import Any, Callable, List
 
 import pytest
 
@@ -49,6 +49,14 @@ class TestPostgresTransport(TransportContract):
     supports_later = True  # Part 5: publish(delay=), scheduled heads
     supports_once = True  # Part 5: keys, dedup_window
     supports_release = True  # Part 5: release, retry, fencing by delivery
+    supports_transactions = True  # Part 5, continued: conn= (the application's psycopg connection)
+
+    def open_app_connection(self, transport: Any) -> Any:
+        """A psycopg connection of the application's to the suite's database
+        (closed by its context manager; the kit commits or rolls back)."""
+        import psycopg
+
+        return psycopg.connect(self.conninfo)
 
     @pytest.fixture(autouse=True)
     def _server(self, conninfo: str) -> None:
