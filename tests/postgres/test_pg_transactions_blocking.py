@@ -94,3 +94,36 @@ def test_drop_queue_waits_for_an_open_publish_and_leaves_nothing(conninfo: str, 
             raise AssertionError("stats() of a dropped queue did not fail")
     finally:
         t.close()
+
+
+def test_a_waiting_claim_backs_off_while_an_expired_lease_is_held(conninfo: str, make_pg: Callable[..., Any],
+                                                                   queue_name: str) -> None:
+    """An ack in an open transaction holds a lease past its end: a waiting
+    claim cannot take it and cannot know when the transaction ends (a
+    rollback frees it without a notification).  It looks again after 2, 4,
+    8 ... ms, at most 100 ms apart: a handful of looks, not one every 2 ms;
+    and after the rollback it gets the message within that bound."""
+    t = make_pg(queue_name)
+    waiter_t = make_pg(queue_name)
+    t.publish("g", "x")
+    lease = t.claim("w", 0.3)
+    looks: List[float] = []
+    real = waiter_t._claim_report
+
+    def counted(*args: Any) -> Any:
+        looks.append(time.monotonic())
+        return real(*args)
+
+    waiter_t._claim_report = counted
+    with psycopg.connect(conninfo) as conn:
+        t.ack(lease, conn=conn)
+        thread, got = _in_thread(lambda: waiter_t.claim("waiter", 60, timeout=30.0))
+        time.sleep(2.0)  # the lease ended 0.3 s in; the transaction stays open
+        assert got == []
+        held_looks = len(looks)
+        conn.rollback()
+        rolled_back = time.monotonic()
+        thread.join(LIVENESS)
+    assert got and got[0] is not None and (got[0].event, got[0].attempt) == ("x", 2)
+    assert held_looks < 60, f"{held_looks} looks in 2 s: the claim polled"
+    assert looks[-1] - rolled_back < 1.0
