@@ -154,3 +154,21 @@ def test_a_dropped_queue(conninfo: str, make_pg: Callable[..., Any], queue_name:
     with psycopg.connect(conninfo) as fresh:
         with pytest.raises(QueueNotFound, match="does not exist"):
             t.publish("g", "x", conn=fresh)
+
+
+def test_a_queue_dropped_after_the_connection_was_checked(conninfo: str, make_pg: Callable[..., Any],
+                                                          queue_name: str) -> None:
+    """The connection passed its first-use check; the queue is dropped
+    later: a publish on it raises QueueNotFound (not the driver's "could not
+    open relation"), and a failed transaction before it still gets the
+    driver's own error."""
+    t = make_pg(queue_name)
+    with psycopg.connect(conninfo) as conn:
+        t.publish("g", "checked", conn=conn)
+        conn.commit()
+        PostgresTransport.drop_queue(conninfo, queue_name)
+        with pytest.raises(QueueNotFound, match="does not exist"):
+            t.publish("g", "x", conn=conn)
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            t.publish("g", "x", conn=conn)
+        conn.rollback()

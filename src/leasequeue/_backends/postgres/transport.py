@@ -497,7 +497,25 @@ class PostgresTransport:
         if any(p is _NOW for p in params):
             now = self._read_clock()
             params = tuple(now if p is _NOW else p for p in params)
-        return self._app.run(conn, what, in_app_tx(sql), params)
+        try:
+            return self._app.run(conn, what, in_app_tx(sql), params)
+        except psycopg.Error as exc:
+            self._gone(exc)
+            raise
+
+    def _gone(self, exc: BaseException) -> None:
+        """On the application's connection a failed statement raises the
+        driver's error, unless it failed because the queue was dropped (its
+        sequence is gone): ``QueueNotFound`` then, checked on a connection
+        of the transport's (the application's transaction has failed)."""
+        if self._closed or isinstance(exc, (psycopg.OperationalError, psycopg.errors.InFailedSqlTransaction)):
+            return
+        try:
+            self._check_queue()
+        except QueueNotFound as gone:
+            raise gone from exc
+        except LeaseQueueError:
+            pass
 
     async def _arun(self, what: str, sql: str, params: Sequence[Any], conn: Any) -> List[Tuple[Any, ...]]:
         """``_run`` for ``apublish`` / ``aack``: on ``conn`` (an
@@ -508,7 +526,11 @@ class PostgresTransport:
             now = self._read_clock()
             params = tuple(now if p is _NOW else p for p in params)
         if conn is not None:
-            return await self._app.arun(conn, what, in_app_tx(sql), params)
+            try:
+                return await self._app.arun(conn, what, in_app_tx(sql), params)
+            except psycopg.Error as exc:
+                self._gone(exc)
+                raise
         loop = asyncio.get_running_loop()
         own = await self._aconn(loop)
         try:
