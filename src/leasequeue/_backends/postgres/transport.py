@@ -2,7 +2,9 @@
 
 Any number of processes on any number of machines share one queue.  Each
 operation is one round trip: a call of a server-side function
-(``_backends/postgres/schema.sql``) in its own transaction.  The contract notes
+(``_backends/postgres/schema.sql``) in its own transaction, or, given
+``conn=``, in the application's (``appconn.py``).  Queues are made by
+``install`` and ``create_queue`` only (``queues.py``).  The contract notes
 (what differs from the in-memory transport, time, waiting, faults) are in
 ``docs/postgres.md``.
 
@@ -291,8 +293,10 @@ class PostgresTransport:
     ``dedup_window``: seconds a publish's key stays held after its message
     left (default 0: exactly while the message is held).
 
-    The schema must exist: ``PostgresTransport.install(conninfo)`` creates
-    it.  Every method is thread-safe; errors of the database or the
+    The schema and the queue must exist: ``PostgresTransport.install(conninfo,
+    queues=[...])`` or ``create_queue`` make them; a queue that does not
+    exist raises ``QueueNotFound``.  The writes take ``conn=``, the
+    application's psycopg connection, to run in its transaction.  Every method is thread-safe; errors of the database or the
     connection raise ``LeaseQueueError`` and the next call reconnects.
     """
 
