@@ -13,8 +13,8 @@ each session a role of its own so that its statements are counted apart:
 
 All application sessions use the transport's session settings
 (``prepare_threshold=0``, ``plan_cache_mode = force_generic_plan``), so the
-differences are the mark and the transaction block.  The plain sessions
-publish a 1-byte payload, the others a pickled int.  Prints each role's
+differences are the mark and the transaction block (every session
+publishes the same pickled ints to 64 groups of its own).  Prints each role's
 ``mean_exec_time`` per round and the median (µs).
 
 Run: ``python benchmarks/pg_conn_cost_parts.py [n] [rounds]`` (results:
@@ -31,6 +31,7 @@ import psycopg
 
 from leasequeue import PostgresTransport
 from leasequeue._backends.postgres.transport import _Q
+from leasequeue._serializers import serialize_bytes
 from leasequeue.testing._postgres_server import ThrowawayServer
 
 USERS = ("marked_tx", "marked_auto", "plain_tx", "plain_auto")
@@ -63,7 +64,8 @@ def main(argv: List[str]) -> int:
             if user.startswith("marked"):
                 t.publish(f"{user}-{i % 64}", i, conn=conn)
             else:
-                t._app.run(conn, "publish", sql, (t._queue, t._seq_oid, f"{user}-{i % 64}", b"x", 0))
+                payload = serialize_bytes(t._dumps, i)  # as publish serializes it
+                t._app.run(conn, "publish", sql, (t._queue, t._seq_oid, f"{user}-{i % 64}", payload, 0))
             if not conn.autocommit:
                 conn.commit()
 
