@@ -115,3 +115,19 @@ def test_the_sqlalchemy_recipe(dsn: str) -> None:
     finally:
         t.close()
         ns["engine"].dispose()
+
+
+def test_a_sqlalchemy_connection_itself_is_refused_with_the_way_to_the_psycopg_one(dsn: str) -> None:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    engine = sqlalchemy.create_engine(
+        f"postgresql+psycopg://{info['user']}@{info['host']}:{info['port']}/{info['dbname']}")
+    try:
+        with PostgresTransport(dsn, queue="orders") as t, engine.connect() as conn:
+            with pytest.raises(TypeError, match="driver_connection"):
+                t.publish("g", 1, conn=conn)
+            with pytest.raises(TypeError, match="driver_connection"):
+                t.publish("g", 1, conn=conn.connection)  # the pool's proxy
+            assert len(t) == 0
+    finally:
+        engine.dispose()

@@ -84,7 +84,10 @@ def check_conn(conn: Any, what: str) -> Any:
         raise TypeError(f"{what}: conn is a psycopg AsyncConnection: pass it to a{what}() (or give {what}() a "
                         "psycopg.Connection)")
     if not isinstance(conn, psycopg.Connection):
-        raise TypeError(f"{what}: conn must be a psycopg.Connection (psycopg 3), not {type(conn).__name__}")
+        hint = ""
+        if type(conn).__module__.startswith("sqlalchemy"):
+            hint = " (with SQLAlchemy's psycopg dialect: session.connection().connection.driver_connection)"
+        raise TypeError(f"{what}: conn must be a psycopg.Connection (psycopg 3), not {type(conn).__name__}{hint}")
     if conn.closed:
         raise ValueError(f"{what}: conn is closed")
     return conn
