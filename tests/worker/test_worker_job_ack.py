@@ -57,7 +57,14 @@ class Recording:
         self._t.nack(*args)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._t, name)
+        value = getattr(self._t, name)
+        if name == "aack":  # a durable transport's (PostgreSQL) ack from the event loop: counted as ack
+            async def aack(lease: Any, conn: Any = None) -> None:
+                self._count("ack" if conn is None else "ack_conn")
+                await (value(lease) if conn is None else value(lease, conn=conn))
+
+            return aack
+        return value
 
     def __len__(self) -> int:
         return len(self._t)
