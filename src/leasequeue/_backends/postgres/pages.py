@@ -1,0 +1,61 @@
+"""One page of a PostgreSQL queue's groups, for the dashboard (``leasequeue.dashboard``).
+
+``groups()`` reads every group of the queue (O(G + N)); a page reads at most
+``offset + limit + 1`` rows of ``leasequeue.groups`` in ``group_id`` order,
+walking its primary key ``(queue, group_id)``, and counts the messages of
+those rows only.  A prefix is ``starts_with`` on that walk (a range of the
+key only under the C collation, so it is not relied on); a state is a
+filter on the row's lock as ``group_info`` reads it (a lock whose end has
+passed is free), so a state that few groups are in may walk the queue's
+whole key.  What it reports is ``group()``'s: the same columns, the same
+rules (``_info``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+from ..._types import GroupInfo
+from .transport import _NOW, _info
+
+__all__ = ["groups_page"]
+
+# The lock as of now: a lease, park or schedule whose end has passed is free (group_info's rule).
+_LOCK = "(CASE WHEN g.lock_state <> 0 AND g.expires_at < t.now THEN 0 ELSE g.lock_state END)"
+
+_STATE_SQL = {
+    "ready": f"{_LOCK} = 0 AND NOT g.paused",
+    "leased": f"{_LOCK} = 1",
+    "parked": f"{_LOCK} = 2",
+    "buried": "g.lock_state = 3",
+    "paused": f"g.paused AND {_LOCK} IN (0, 4)",
+    "scheduled": f"{_LOCK} = 4 AND NOT g.paused",
+}
+
+_SELECT = f"""
+SELECT g.group_id, g.priority, coalesce(m.n, 0), g.paused, {_LOCK}::smallint, m.head, g.lock_worker,
+       g.expires_at, g.attempt, g.last_claimed_at, g.reason,
+       CASE WHEN g.lock_state = 4 AND g.expires_at >= t.now THEN g.expires_at END
+FROM (SELECT leasequeue.time_now(%s, %s) AS now) t
+CROSS JOIN leasequeue.groups g
+LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.messages x
+                   WHERE x.queue = g.queue AND x.group_id = g.group_id) m ON true
+WHERE g.queue = %s"""
+
+
+def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
+                limit: int) -> Tuple[List[GroupInfo], bool]:
+    """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
+    ``state`` (any if None) and whose id starts with ``prefix``; and whether
+    more follow."""
+    sql = _SELECT
+    params: List[Any] = [transport._queue, _NOW, transport._queue]
+    if prefix:
+        sql += " AND starts_with(g.group_id, %s)"
+        params.append(prefix)
+    if state is not None:
+        sql += " AND " + _STATE_SQL[state]
+    sql += " ORDER BY g.group_id LIMIT %s OFFSET %s"
+    params += [limit + 1, offset]
+    rows = transport._execute("groups", sql, params)
+    return [_info(row) for row in rows[:limit]], len(rows) > limit

@@ -1,0 +1,96 @@
+"""The ``leasequeue dashboard`` command line: serve ``leasequeue.dashboard``
+over a SQLite file or a PostgreSQL queue with uvicorn.
+
+It binds 127.0.0.1 unless ``--host`` says otherwise, and refuses an
+address other machines can reach unless the dashboard is ``--read-only`` or
+asks for a password (``LEASEQUEUE_DASHBOARD_AUTH=user:password``).  Errors
+are one line on stderr, ``leasequeue dashboard: error: ...``: 2 for bad
+arguments, 1 for the rest (a file that does not exist, a queue that does
+not exist, a port in use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ._cli import CliError, _add_backend, _fail, _port, open_transport, resolve_serializer
+
+__all__ = ["add_parser", "main_dashboard"]
+
+EPILOG = """\
+examples:
+  leasequeue dashboard --sqlite /var/lib/app/queue.db              # http://127.0.0.1:8080/
+  leasequeue dashboard --postgres "dbname=app" --queue emails --port 9000
+  leasequeue dashboard --sqlite queue.db --host 0.0.0.0 --read-only   # others may look, not act
+  LEASEQUEUE_DASHBOARD_AUTH=ops:s3cret leasequeue dashboard --sqlite queue.db --host 0.0.0.0
+
+Actions (pause, resume, retry, skip, purge) ask for confirmation in the page
+and carry a CSRF token; --read-only refuses them all.  Binding an address
+other than loopback needs --read-only or LEASEQUEUE_DASHBOARD_AUTH (HTTP
+basic auth on every page; use it behind TLS).  Needs the dashboard extra:
+pip install 'leasequeue[dashboard]'.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    """Add the ``dashboard`` subcommand to ``leasequeue``'s subparsers."""
+    d = sub.add_parser(
+        "dashboard",
+        help="a web dashboard for a SQLite or PostgreSQL queue (needs leasequeue[dashboard])",
+        description="Serve a web dashboard of a durable queue: counts, groups by state, a group's messages, "
+        "and pause / resume / retry / skip / purge with a confirmation.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_backend(d)
+    d.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1: this machine only)")
+    d.add_argument("--port", type=_port, default=8080, metavar="P", help="the port (default 8080; 0: any free one)")
+    d.add_argument("--read-only", action="store_true", help="show, never act: every action is refused (403)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .dashboard.security import AUTH_ENV, is_loopback, parse_credentials
+
+    auth = os.environ.get(AUTH_ENV) or None
+    if auth is not None:
+        try:
+            parse_credentials(auth)
+        except ValueError as exc:
+            raise CliError(str(exc), 2) from None
+    if not is_loopback(args.host) and not args.read_only and auth is None:
+        raise CliError(f"refusing to serve actions on {args.host} (not a loopback address) without a password: "
+                       f"pass --read-only, or set {AUTH_ENV}=user:password", 2)
+    try:
+        import uvicorn
+
+        from .dashboard import app
+    except ImportError as exc:
+        raise CliError(f"the dashboard needs its extra: pip install 'leasequeue[dashboard]' ({exc})") from exc
+    transport = open_transport(args, resolve_serializer(args.serializer), create=False)
+    try:
+        server = uvicorn.Server(uvicorn.Config(app(transport, read_only=args.read_only, auth=auth), host=args.host,
+                                               port=args.port, log_level="warning", access_log=False))
+        sys.stderr.write(f"leasequeue dashboard: serving http://{args.host}:{args.port}/ "
+                         f"({'read-only' if args.read_only else 'actions allowed'}; Ctrl-C stops)\n")
+        sys.stderr.flush()
+        server.run()
+        if not server.started:  # the port could not be bound (uvicorn logged why)
+            raise CliError(f"could not serve on {args.host}:{args.port} (is the port in use?)")
+    finally:
+        transport.close()
+    return 0
+
+
+def main_dashboard(args: argparse.Namespace) -> int:
+    """``leasequeue dashboard``, every error one line."""
+    try:
+        return _serve(args)
+    except CliError as exc:
+        return _fail("leasequeue dashboard", exc, exc.status, False)
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:
+        return _fail("leasequeue dashboard", exc, 1, False)

@@ -1,0 +1,75 @@
+"""Pages of groups: the dashboard's one read that must not be O(G).
+
+``groups_page(transport, state, prefix, page, size)`` asks the backend's own
+page query when it has one (``leasequeue._backends.sqlite.pages``,
+``leasequeue._backends.postgres.pages``: SQL that walks an index in
+``group_id`` order and stops after the page) and otherwise, for the
+in-memory transport or any other ``Transport``, sorts ``groups()`` (which
+is all in memory there anyway).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional, Tuple
+
+from .._types import GroupInfo
+
+__all__ = ["STATES", "GroupPage", "groups_page"]
+
+#: The states a group can be in (``GroupInfo.state``).
+STATES = ("ready", "leased", "parked", "paused", "buried", "scheduled")
+
+
+class GroupPage(NamedTuple):
+    """One page of groups in ``group_id`` order."""
+
+    groups: List[GroupInfo]
+    page: int
+    size: int
+    has_next: bool
+
+
+def _backend_page(transport: Any) -> Any:
+    """The backend's page function, or None (a transport with no SQL behind it)."""
+    from .._backends.sqlite.transport import SQLiteTransport
+
+    if isinstance(transport, SQLiteTransport):
+        from .._backends.sqlite.pages import groups_page as sqlite_page
+
+        return sqlite_page
+    try:
+        from .._backends.postgres.transport import PostgresTransport
+    except ImportError:  # no psycopg: no PostgreSQL transport either
+        return None
+    if isinstance(transport, PostgresTransport):
+        from .._backends.postgres.pages import groups_page as postgres_page
+
+        return postgres_page
+    return None
+
+
+def _memory_page(transport: Any, state: Optional[str], prefix: str, offset: int,
+                 limit: int) -> Tuple[List[GroupInfo], bool]:
+    infos = sorted((i for i in transport.groups()
+                    if (state is None or i.state == state) and i.group_id.startswith(prefix)),
+                   key=lambda i: i.group_id)
+    return infos[offset:offset + limit], len(infos) > offset + limit
+
+
+def groups_page(transport: Any, state: Optional[str] = None, prefix: str = "", page: int = 1,
+                size: int = 50) -> GroupPage:
+    """Page ``page`` (from 1) of ``size`` groups of ``transport`` in
+    ``group_id`` order: those in ``state`` (every state if None) whose id
+    starts with ``prefix``.  ``ValueError`` for an unknown state, a page
+    below 1 or a size outside 1..500."""
+    if state is not None and state not in STATES:
+        raise ValueError(f"unknown state {state!r}: one of {', '.join(STATES)}")
+    if type(page) is not int or page < 1:
+        raise ValueError(f"page must be an integer >= 1, not {page!r}")
+    if type(size) is not int or not 1 <= size <= 500:
+        raise ValueError(f"size must be an integer from 1 to 500, not {size!r}")
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+    read = _backend_page(transport) or _memory_page
+    groups, has_next = read(transport, state, prefix, (page - 1) * size, size)
+    return GroupPage(groups, page, size, has_next)
