@@ -63,7 +63,10 @@ class Served:
 
     def token(self) -> str:
         """The CSRF token the pages carry (read from the overview, as a browser would)."""
-        status, body = self.get("/")
+        return self.token_at("/")
+
+    def token_at(self, path: str) -> str:
+        status, body = self.get(path)
         assert status == 200
         found = re.search(r'<meta name="csrf-token" content="([^"]+)"', body)
         assert found, "the overview carries no CSRF token"
