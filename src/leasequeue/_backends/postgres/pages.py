@@ -32,15 +32,22 @@ _STATE_SQL = {
     "scheduled": f"{_LOCK} = 4 AND NOT g.paused",
 }
 
-_SELECT = f"""
-SELECT g.group_id, g.priority, coalesce(m.n, 0), g.paused, {_LOCK}::smallint, m.head, g.lock_worker,
-       g.expires_at, g.attempt, g.last_claimed_at, g.reason,
-       CASE WHEN g.lock_state = 4 AND g.expires_at >= t.now THEN g.expires_at END
-FROM (SELECT leasequeue.time_now(%s, %s) AS now) t
+# The page is chosen from leasequeue.groups alone (the key walk, the filters,
+# OFFSET and LIMIT); only its rows then count their messages.
+_PAGE = """
+SELECT g.*, t.now FROM (SELECT leasequeue.time_now(%s, %s) AS now) t
 CROSS JOIN leasequeue.groups g
+WHERE g.queue = %s"""
+
+_SELECT = """
+SELECT g.group_id, g.priority, coalesce(m.n, 0), g.paused,
+       (CASE WHEN g.lock_state <> 0 AND g.expires_at < g.now THEN 0 ELSE g.lock_state END)::smallint, m.head,
+       g.lock_worker, g.expires_at, g.attempt, g.last_claimed_at, g.reason,
+       CASE WHEN g.lock_state = 4 AND g.expires_at >= g.now THEN g.expires_at END
+FROM ({page}) g
 LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.messages x
                    WHERE x.queue = g.queue AND x.group_id = g.group_id) m ON true
-WHERE g.queue = %s"""
+ORDER BY g.group_id"""
 
 
 def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
@@ -48,7 +55,7 @@ def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
     """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
     ``state`` (any if None) and whose id starts with ``prefix``; and whether
     more follow."""
-    sql = _SELECT
+    sql = _PAGE
     params: List[Any] = [transport._queue, _NOW, transport._queue]
     if prefix:
         sql += " AND starts_with(g.group_id, %s)"
@@ -56,6 +63,7 @@ def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
     if state is not None:
         sql += " AND " + _STATE_SQL[state]
     sql += " ORDER BY g.group_id LIMIT %s OFFSET %s"
+    sql = _SELECT.format(page=sql)
     params += [limit + 1, offset]
     rows = transport._execute("groups", sql, params)
     return [_info(row) for row in rows[:limit]], len(rows) > limit
