@@ -21,11 +21,15 @@ STATES = ("ready", "leased", "parked", "paused", "buried", "scheduled")
 
 
 class GroupPage(NamedTuple):
-    """One page of groups in ``group_id`` order."""
+    """One page of groups in ``group_id`` order (``groups_page``)."""
 
+    #: The page's groups, as ``group()`` reports each.
     groups: List[GroupInfo]
+    #: Its number, from 1.
     page: int
+    #: Groups a page holds (the last may hold fewer).
     size: int
+    #: Whether a next page holds any group.
     has_next: bool
 
 
