@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
 import sys
 from typing import Any
 
@@ -51,6 +53,29 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--read-only", action="store_true", help="show, never act: every action is refused (403)")
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for uvicorn (a port in use is one
+    line here, not uvicorn's log and exit status; ``--port 0`` shows the port taken)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)  # connections wait in the backlog until uvicorn serves them
+    except OSError as exc:
+        sock.close()
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .dashboard.security import AUTH_ENV, is_loopback, parse_credentials
 
@@ -70,16 +95,23 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise CliError(f"the dashboard needs its extra: pip install 'leasequeue[dashboard]' ({exc})") from exc
     transport = open_transport(args, resolve_serializer(args.serializer), create=False)
+    sock = None
     try:
+        sock = _listen(args.host, args.port)
+        port = sock.getsockname()[1]
         server = uvicorn.Server(uvicorn.Config(app(transport, read_only=args.read_only, auth=auth), host=args.host,
-                                               port=args.port, log_level="warning", access_log=False))
-        sys.stderr.write(f"leasequeue dashboard: serving http://{args.host}:{args.port}/ "
+                                               port=port, log_level="warning", access_log=False))
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        sys.stderr.write(f"leasequeue dashboard: serving http://{shown}:{port}/ "
                          f"({'read-only' if args.read_only else 'actions allowed'}; Ctrl-C stops)\n")
         sys.stderr.flush()
-        server.run()
-        if not server.started:  # the port could not be bound (uvicorn logged why)
-            raise CliError(f"could not serve on {args.host}:{args.port} (is the port in use?)")
+        # uvicorn stops gracefully on SIGTERM, then raises it again with
+        # the handler it found: this one, so the exit is 0 (as after Ctrl-C).
+        signal.signal(signal.SIGTERM, _exit_cleanly)
+        server.run(sockets=[sock])
     finally:
+        if sock is not None:
+            sock.close()
         transport.close()
     return 0
 

@@ -148,3 +148,35 @@ def test_a_postgres_queue_that_does_not_exist(dash_pg_conninfo: str) -> None:
     line = _one_line(run("--postgres", dash_pg_conninfo, "--queue", name), 1)
     assert f"queue {name!r} does not exist" in line
     assert name not in [q for q, _stats in PostgresTransport.list_queues(dash_pg_conninfo)]
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "q.db"
+    SQLiteTransport(path).close()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = _one_line(run("--sqlite", str(path), "--port", str(port)), 1)
+    assert f"cannot listen on 127.0.0.1:{port}" in line
+
+
+def test_port_zero_says_which_port(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    SQLiteTransport(path).close()
+    proc = subprocess.Popen([sys.executable, "-m", "leasequeue", "dashboard", "--sqlite", str(path), "--port", "0",
+                             "--read-only"], stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("leasequeue dashboard: serving http://127.0.0.1:") and "read-only" in line, line
+        port = int(line.split("127.0.0.1:")[1].split("/")[0])
+        assert port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/stats", timeout=10) as resp:
+            assert json.loads(resp.read())["messages"] == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
