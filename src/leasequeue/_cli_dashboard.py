@@ -77,7 +77,7 @@ def _exit_cleanly(signum: int, frame: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .dashboard.security import AUTH_ENV, is_loopback, parse_credentials
+    from .dashboard.security import AUTH_ENV, LoopbackHostOnly, is_loopback, parse_credentials
 
     auth = os.environ.get(AUTH_ENV) or None
     if auth is not None:
@@ -99,8 +99,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         sock = _listen(args.host, args.port)
         port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app(transport, read_only=args.read_only, auth=auth), host=args.host,
-                                               port=port, log_level="warning", access_log=False))
+        asgi = app(transport, read_only=args.read_only, auth=auth)
+        if is_loopback(args.host):
+            asgi = LoopbackHostOnly(asgi)  # no DNS rebinding onto this machine's dashboard
+        server = uvicorn.Server(uvicorn.Config(asgi, host=args.host, port=port, log_level="warning",
+                                               access_log=False))
         shown = f"[{args.host}]" if ":" in args.host else args.host
         sys.stderr.write(f"leasequeue dashboard: serving http://{shown}:{port}/ "
                          f"({'read-only' if args.read_only else 'actions allowed'}; Ctrl-C stops)\n")

@@ -75,6 +75,12 @@ def test_serves_a_sqlite_queue(tmp_path: Path) -> None:
                                                   "paused": 0, "buried": 0, "scheduled": 0})
         status, data = server.get("/api/groups/g")
         assert status == 200 and data["messages"][0]["event"] == "hello"
+        # DNS rebinding: another site's name pointed at 127.0.0.1 is refused.
+        for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example"):
+            status, body = server.get("/", headers={"Host": host})
+            assert status == 400 and "loopback Host" in body, host
+        for host in (f"localhost:{server.port}", "127.0.0.1", f"[::1]:{server.port}"):
+            assert server.get("/api/stats", headers={"Host": host})[0] == 200, host
     finally:
         err = server.stop()
     assert server.proc.returncode == 0, err

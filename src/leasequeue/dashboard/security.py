@@ -17,9 +17,10 @@ import binascii
 import hmac
 import ipaddress
 import secrets
+import urllib.parse
 from typing import Any, Awaitable, Callable, MutableMapping, Optional, Tuple
 
-__all__ = ["AUTH_ENV", "BasicAuth", "CsrfToken", "is_loopback", "parse_credentials"]
+__all__ = ["AUTH_ENV", "BasicAuth", "CsrfToken", "LoopbackHostOnly", "is_loopback", "parse_credentials"]
 
 #: The environment variable that holds ``user:password`` for basic auth.
 AUTH_ENV = "LEASEQUEUE_DASHBOARD_AUTH"
@@ -86,3 +87,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+class LoopbackHostOnly:
+    """ASGI middleware for a dashboard bound to loopback: a request whose
+    ``Host`` is not a loopback name or address is refused (400).  A page of
+    another site whose name an attacker points at 127.0.0.1 (DNS rebinding)
+    sends its own name as ``Host``, so it can neither read the pages (and
+    their CSRF token) nor act."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    @staticmethod
+    def _allowed(scope: Scope) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name == b"host":
+                try:
+                    host = urllib.parse.urlsplit("//" + value.decode("latin-1")).hostname
+                except ValueError:
+                    return False
+                return host is not None and is_loopback(host)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
+        await send({"type": "http.response.body", "body": b"this dashboard answers only to a loopback Host\n"})
