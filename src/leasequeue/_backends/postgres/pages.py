@@ -18,18 +18,21 @@ from typing import Any, List, Optional, Tuple
 from ..._types import GroupInfo
 from .transport import _NOW, _info
 
-__all__ = ["groups_page"]
+__all__ = ["groups_page", "page_query"]
 
 # The lock as of now: a lease, park or schedule whose end has passed is free (group_info's rule).
 _LOCK = "(CASE WHEN g.lock_state <> 0 AND g.expires_at < t.now THEN 0 ELSE g.lock_state END)"
 
+# "g.lock_state <> 0" (implied, for the locked states) lets the planner read
+# them from the groups_locked partial index when that is cheaper than the
+# key walk; paused groups have no index of their own.
 _STATE_SQL = {
     "ready": f"{_LOCK} = 0 AND NOT g.paused",
-    "leased": f"{_LOCK} = 1",
-    "parked": f"{_LOCK} = 2",
-    "buried": "g.lock_state = 3",
+    "leased": f"g.lock_state <> 0 AND {_LOCK} = 1",
+    "parked": f"g.lock_state <> 0 AND {_LOCK} = 2",
+    "buried": "g.lock_state <> 0 AND g.lock_state = 3",
     "paused": f"g.paused AND {_LOCK} IN (0, 4)",
-    "scheduled": f"{_LOCK} = 4 AND NOT g.paused",
+    "scheduled": f"g.lock_state <> 0 AND {_LOCK} = 4 AND NOT g.paused",
 }
 
 # The page is chosen from leasequeue.groups alone (the key walk, the filters,
@@ -50,20 +53,26 @@ LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.mess
 ORDER BY g.group_id"""
 
 
-def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
-                limit: int) -> Tuple[List[GroupInfo], bool]:
-    """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
-    ``state`` (any if None) and whose id starts with ``prefix``; and whether
-    more follow."""
+def page_query(queue: int, state: Optional[str], prefix: str, offset: int,
+               limit: int) -> Tuple[str, List[Any]]:
+    """The SQL and parameters of a page of queue ``queue`` (its id):
+    ``limit`` rows from ``offset``; ``_NOW`` among the parameters stands for
+    the transport's clock (``_execute`` reads it)."""
     sql = _PAGE
-    params: List[Any] = [transport._queue, _NOW, transport._queue]
+    params: List[Any] = [queue, _NOW, queue]
     if prefix:
         sql += " AND starts_with(g.group_id, %s)"
         params.append(prefix)
     if state is not None:
         sql += " AND " + _STATE_SQL[state]
     sql += " ORDER BY g.group_id LIMIT %s OFFSET %s"
-    sql = _SELECT.format(page=sql)
-    params += [limit + 1, offset]
-    rows = transport._execute("groups", sql, params)
+    return _SELECT.format(page=sql), params + [limit, offset]
+
+
+def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
+                limit: int) -> Tuple[List[GroupInfo], bool]:
+    """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
+    ``state`` (any if None) and whose id starts with ``prefix``; and whether
+    more follow."""
+    rows = transport._execute("groups", *page_query(transport._queue, state, prefix, offset, limit + 1))
     return [_info(row) for row in rows[:limit]], len(rows) > limit

@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Tuple
 from ..._types import GroupInfo
 from .transport import _info
 
-__all__ = ["groups_page", "prefix_bound"]
+__all__ = ["groups_page", "page_query", "prefix_bound"]
 
 _COLUMNS = ("SELECT group_id, priority, messages, lock, paused, head_seq, holder, expires_at, attempt, "
             "last_claimed_at, reason FROM lq_groups")
@@ -49,11 +49,9 @@ def prefix_bound(prefix: str) -> Optional[str]:
     return None
 
 
-def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
-                limit: int) -> Tuple[List[GroupInfo], bool]:
-    """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
-    ``state`` (any if None) and whose id starts with ``prefix``; and whether
-    more follow."""
+def page_query(state: Optional[str], prefix: str, offset: int, limit: int) -> Tuple[str, Tuple[Any, ...]]:
+    """The SQL and parameters of a page: ``limit`` rows from ``offset`` (the
+    caller asks one more, to know whether a next page holds any)."""
     where: List[str] = []
     params: List[Any] = []
     if prefix:
@@ -67,6 +65,13 @@ def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
         where.append(_STATE_SQL[state])
     sql = _COLUMNS + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY group_id LIMIT ? OFFSET ?"
-    params += [limit + 1, offset]
-    rows = transport._inspect(sql, tuple(params))
+    return sql, tuple(params + [limit, offset])
+
+
+def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
+                limit: int) -> Tuple[List[GroupInfo], bool]:
+    """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
+    ``state`` (any if None) and whose id starts with ``prefix``; and whether
+    more follow."""
+    rows = transport._inspect(*page_query(state, prefix, offset, limit + 1))
     return [_info(row) for row in rows[:limit]], len(rows) > limit
