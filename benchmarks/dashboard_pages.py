@@ -38,7 +38,7 @@ from leasequeue import dashboard  # noqa: E402
 def fill(t: Any, groups: int) -> None:
     chunk = 10_000
     for start in range(0, groups, chunk):
-        t.publish_many([(f"tenant-{i % 97:02d}/order-{i:06d}", {"order": i, "total": i * 3})
+        t.publish_many([(group_id(i), {"order": i, "total": i * 3})
                         for i in range(start, min(groups, start + chunk))])
     for _ in range(groups // 100):  # 1% buried, with a reason
         lease = t.claim("bench", 3600)
@@ -46,7 +46,7 @@ def fill(t: Any, groups: int) -> None:
     for _ in range(groups // 50):  # 2% leased
         t.claim("bench", 3600)
     for i in range(0, groups, 200):  # 0.5% paused
-        t.pause(f"tenant-{i % 97:02d}/order-{i:06d}")
+        t.pause(group_id(i))
 
 
 def time_requests(s: Served, path: str, repeats: int) -> Tuple[float, float, float]:
@@ -60,6 +60,17 @@ def time_requests(s: Served, path: str, repeats: int) -> Tuple[float, float, flo
     return statistics.median(samples), min(samples), max(samples)
 
 
+def group_id(i: int) -> str:
+    return f"tenant-{i % 97:02d}/order-{i:06d}"
+
+
+def before_last(groups: int) -> str:
+    """The last group id of the page before the last (what its next link carries)."""
+    ids = sorted(group_id(i) for i in range(groups))
+    last = (groups + 49) // 50
+    return ids[(last - 1) * 50 - 1]
+
+
 def paths(groups: int) -> List[Tuple[str, str]]:
     last = (groups + 49) // 50
     some = "tenant-13/order-000013"
@@ -69,6 +80,8 @@ def paths(groups: int) -> List[Tuple[str, str]]:
         ("groups page 1 (JSON)", "/api/groups?page=1"),
         (f"groups page {last // 2} (JSON)", f"/api/groups?page={last // 2}"),
         (f"groups page {last}, the last (JSON)", f"/api/groups?page={last}"),
+        (f"groups page {last} by after= (JSON: the next link)",
+         f"/api/groups?page={last}&after=" + urllib.parse.quote(before_last(groups), safe="")),
         ("groups page 1 (HTML)", "/groups?page=1"),
         ("state=buried page 1 (JSON)", "/api/groups?state=buried"),
         ("state=paused page 1 (JSON)", "/api/groups?state=paused"),

@@ -172,7 +172,15 @@ def test_pagination(make_transport: Callable[..., Any], serve: Callable[[Any], S
         got += [g["group_id"] for g in data["groups"]]
     assert got == [f"g{i:03d}" for i in range(120)]
     status, body = s.get("/groups?page=2")
-    assert 'rel="next" href="/groups?state=&amp;q=&amp;page=3"' in body and "g050" in body and "g100" not in body
+    assert 'rel="next" href="/groups?state=&amp;q=&amp;page=3&amp;after=g099"' in body
+    assert "g050" in body and "g100" not in body
+    # Following next_after (what the pages' next links carry) seeks instead of skipping.
+    walked, after = [], ""
+    while after is not None:
+        _, data = s.get_json(f"/api/groups?size=40&after={after}" if after else "/api/groups?size=40")
+        walked += [g["group_id"] for g in data["groups"]]
+        after = data["next_after"]
+    assert walked == got
     _, data = s.get_json("/api/groups?q=g11&size=5&state=ready")
     assert [g["group_id"] for g in data["groups"]] == [f"g11{i}" for i in range(5)] and data["has_next"]
     for bad in ("page=0", "page=x", "size=501", "state=sleeping"):

@@ -32,6 +32,9 @@ def test_sqlite_pages_walk_the_group_id_index(tmp_path: Path) -> None:
                 assert "TEMP B-TREE" not in plan, (state, prefix, plan)
                 if prefix:
                     assert "(group_id>? AND group_id<?)" in plan, (state, prefix, plan)
+        sql, params = sqlite_pages.page_query("ready", "", 0, 51, after="g01000")
+        plan = " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "SEARCH lq_groups USING INDEX sqlite_autoindex_lq_groups_1 (group_id>?)" in plan, plan
     finally:
         conn.close()
 
@@ -73,5 +76,10 @@ def test_postgres_pages_use_indexes_at_100k_groups(dash_pg_conninfo: str) -> Non
                     assert "groups_pkey on groups" in plan or "groups_locked" in plan, where
                     if state in (None, "ready") or prefix:
                         assert "Sort" not in plan, where  # the key walk, in order, stops after the page
+            sql, params = pg_pages.page_query(q, "ready", "", 0, 51, after="g5000")
+            values = [p if isinstance(p, (int, str)) else None for p in params]
+            plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + sql, values))
+            assert "Index Scan using groups_pkey on groups" in plan and "group_id > " in plan, plan
+            assert "Sort" not in plan and "Seq Scan" not in plan, plan
     finally:
         t.close()

@@ -66,6 +66,17 @@ def test_pages_and_prefixes(make_transport: Callable[..., Any]) -> None:
     assert [g.group_id for g in groups_page(t, "ready", prefix="user ", page=2, size=5).groups] == ["user 5",
                                                                                                     "user 6"]
     assert groups_page(t, prefix="nobody").groups == []
+    # after=: the page after a group, as the next links ask for it: the same pages as page=N.
+    for state, prefix in ((None, ""), ("ready", "order"), (None, "user ")):
+        page, after, walked = 1, None, []
+        while True:
+            p = groups_page(t, state, prefix, page, 4, after=after)
+            assert p.groups == groups_page(t, state, prefix, page, 4).groups
+            walked += p.groups
+            if not p.has_next:
+                break
+            page, after = page + 1, p.groups[-1].group_id
+        assert walked == groups_page(t, state, prefix, size=500).groups
     assert groups_page(t, page=99).groups == []
 
 
@@ -79,6 +90,8 @@ def test_bad_arguments_are_refused(make_transport: Callable[..., Any]) -> None:
         groups_page(t, size=501)
     with pytest.raises(TypeError, match="prefix"):
         groups_page(t, prefix=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="after"):
+        groups_page(t, after=3)  # type: ignore[arg-type]
 
 
 def test_in_memory_transports_too(impl: Any) -> None:

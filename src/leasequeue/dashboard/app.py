@@ -90,7 +90,7 @@ class _Dashboard:
         return JSONResponse(data, status_code=status, headers={"Cache-Control": "no-store"})
 
     @staticmethod
-    def _list_args(request: Request) -> Tuple[Optional[str], str, int, int]:
+    def _list_args(request: Request) -> Tuple[Optional[str], str, int, int, Optional[str]]:
         q = request.query_params
         state = q.get("state") or None
         if state is not None and state not in STATES:
@@ -102,7 +102,7 @@ class _Dashboard:
             raise HTTPException(400, "page and size must be integers") from None
         if page < 1 or not 1 <= size <= 500:
             raise HTTPException(400, "page must be >= 1 and size from 1 to 500")
-        return state, q.get("q") or "", page, size
+        return state, q.get("q") or "", page, size, q.get("after")
 
     def _group(self, request: Request) -> Tuple[str, Any, List[Any]]:
         group_id = request.path_params["group_id"]
@@ -127,8 +127,8 @@ class _Dashboard:
                           message=request.query_params.get("msg"))
 
     def groups(self, request: Request) -> Response:
-        state, prefix, page, size = self._list_args(request)
-        result = groups_page(self.t, state, prefix, page, size)
+        state, prefix, page, size, after = self._list_args(request)
+        result = groups_page(self.t, state, prefix, page, size, after=after)
         return self._page(request, "groups.html", result=result, state=state, prefix=prefix,
                           message=request.query_params.get("msg"))
 
@@ -150,10 +150,11 @@ class _Dashboard:
         return self._json(stats_json(self.t.stats()))
 
     def api_groups(self, request: Request) -> Response:
-        state, prefix, page, size = self._list_args(request)
-        result = groups_page(self.t, state, prefix, page, size)
+        state, prefix, page, size, after = self._list_args(request)
+        result = groups_page(self.t, state, prefix, page, size, after=after)
         return self._json({"groups": [group_json(g) for g in result.groups], "page": result.page,
-                           "size": result.size, "has_next": result.has_next, "state": state, "q": prefix})
+                           "size": result.size, "has_next": result.has_next, "state": state, "q": prefix,
+                           "next_after": result.groups[-1].group_id if result.has_next else None})
 
     def api_group(self, request: Request) -> Response:
         _, info, messages = self._group(request)

@@ -52,20 +52,23 @@ def _backend_page(transport: Any) -> Any:
     return None
 
 
-def _memory_page(transport: Any, state: Optional[str], prefix: str, offset: int,
-                 limit: int) -> Tuple[List[GroupInfo], bool]:
+def _memory_page(transport: Any, state: Optional[str], prefix: str, offset: int, limit: int,
+                 after: Optional[str] = None) -> Tuple[List[GroupInfo], bool]:
     infos = sorted((i for i in transport.groups()
-                    if (state is None or i.state == state) and i.group_id.startswith(prefix)),
+                    if (state is None or i.state == state) and i.group_id.startswith(prefix)
+                    and (after is None or i.group_id > after)),
                    key=lambda i: i.group_id)
     return infos[offset:offset + limit], len(infos) > offset + limit
 
 
 def groups_page(transport: Any, state: Optional[str] = None, prefix: str = "", page: int = 1,
-                size: int = 50) -> GroupPage:
+                size: int = 50, *, after: Optional[str] = None) -> GroupPage:
     """Page ``page`` (from 1) of ``size`` groups of ``transport`` in
     ``group_id`` order: those in ``state`` (every state if None) whose id
-    starts with ``prefix``.  ``ValueError`` for an unknown state, a page
-    below 1 or a size outside 1..500."""
+    starts with ``prefix``.  ``after`` (the last group id of page
+    ``page - 1``): the page starts after that group, a seek in the index
+    instead of skipping ``(page - 1) * size`` entries.  ``ValueError`` for an
+    unknown state, a page below 1 or a size outside 1..500."""
     if state is not None and state not in STATES:
         raise ValueError(f"unknown state {state!r}: one of {', '.join(STATES)}")
     if type(page) is not int or page < 1:
@@ -74,6 +77,9 @@ def groups_page(transport: Any, state: Optional[str] = None, prefix: str = "", p
         raise ValueError(f"size must be an integer from 1 to 500, not {size!r}")
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+    if after is not None and not isinstance(after, str):
+        raise TypeError(f"after must be a str or None, not {type(after).__name__}")
     read = _backend_page(transport) or _memory_page
-    groups, has_next = read(transport, state, prefix, (page - 1) * size, size)
+    offset = 0 if after is not None else (page - 1) * size
+    groups, has_next = read(transport, state, prefix, offset, size, after)
     return GroupPage(groups, page, size, has_next)

@@ -6,9 +6,12 @@ walking its primary key ``(queue, group_id)``, and counts the messages of
 those rows only.  A prefix is ``starts_with`` on that walk (a range of the
 key only under the C collation, so it is not relied on); a state is a
 filter on the row's lock as ``group_info`` reads it (a lock whose end has
-passed is free), so a state that few groups are in may walk the queue's
-whole key.  What it reports is ``group()``'s: the same columns, the same
-rules (``_info``).
+passed is free).  The locked states (leased, parked, buried, scheduled) can
+also be read from the ``groups_locked`` partial index and sorted, which the
+planner picks when fewer groups are locked than a walk would pass; paused
+groups have no index, so a paused filter may read the queue's every group.
+``after``: the page starts after that group id, a seek in the key.  What
+it reports is ``group()``'s: the same columns, the same rules (``_info``).
 """
 
 from __future__ import annotations
@@ -53,13 +56,17 @@ LEFT JOIN LATERAL (SELECT count(*) AS n, min(x.seq) AS head FROM leasequeue.mess
 ORDER BY g.group_id"""
 
 
-def page_query(queue: int, state: Optional[str], prefix: str, offset: int,
-               limit: int) -> Tuple[str, List[Any]]:
+def page_query(queue: int, state: Optional[str], prefix: str, offset: int, limit: int,
+               after: Optional[str] = None) -> Tuple[str, List[Any]]:
     """The SQL and parameters of a page of queue ``queue`` (its id):
-    ``limit`` rows from ``offset``; ``_NOW`` among the parameters stands for
-    the transport's clock (``_execute`` reads it)."""
+    ``limit`` rows from ``offset``, of the groups after ``after`` if given
+    (a seek in the key, however deep); ``_NOW`` among the parameters stands
+    for the transport's clock (``_execute`` reads it)."""
     sql = _PAGE
     params: List[Any] = [queue, _NOW, queue]
+    if after is not None:
+        sql += " AND g.group_id > %s"
+        params.append(after)
     if prefix:
         sql += " AND starts_with(g.group_id, %s)"
         params.append(prefix)
@@ -69,10 +76,10 @@ def page_query(queue: int, state: Optional[str], prefix: str, offset: int,
     return _SELECT.format(page=sql), params + [limit, offset]
 
 
-def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
-                limit: int) -> Tuple[List[GroupInfo], bool]:
-    """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
-    ``state`` (any if None) and whose id starts with ``prefix``; and whether
-    more follow."""
-    rows = transport._execute("groups", *page_query(transport._queue, state, prefix, offset, limit + 1))
+def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int, limit: int,
+                after: Optional[str] = None) -> Tuple[List[GroupInfo], bool]:
+    """Up to ``limit`` groups in ``group_id`` order from ``offset`` (counted
+    after the group ``after``, if given), of ``state`` (any if None) and
+    whose id starts with ``prefix``; and whether more follow."""
+    rows = transport._execute("groups", *page_query(transport._queue, state, prefix, offset, limit + 1, after))
     return [_info(row) for row in rows[:limit]], len(rows) > limit

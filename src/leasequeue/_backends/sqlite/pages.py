@@ -9,7 +9,8 @@ O(offset + limit); a state that few groups are in may walk the whole index
 (no index of ``lq_groups`` is keyed by the lock: one would cost every claim
 and ack an index update).  The read is the transport's own inspection
 (``_inspect``: its lock, its time, expiry applied), so the states it reports
-are ``group()``'s.
+are ``group()``'s.  ``after``: the page starts after that group id, a
+seek in the index, however deep.
 """
 
 from __future__ import annotations
@@ -49,11 +50,16 @@ def prefix_bound(prefix: str) -> Optional[str]:
     return None
 
 
-def page_query(state: Optional[str], prefix: str, offset: int, limit: int) -> Tuple[str, Tuple[Any, ...]]:
+def page_query(state: Optional[str], prefix: str, offset: int, limit: int,
+               after: Optional[str] = None) -> Tuple[str, Tuple[Any, ...]]:
     """The SQL and parameters of a page: ``limit`` rows from ``offset`` (the
-    caller asks one more, to know whether a next page holds any)."""
+    caller asks one more, to know whether a next page holds any), of the
+    groups after ``after`` if given (a seek in the index, however deep)."""
     where: List[str] = []
     params: List[Any] = []
+    if after is not None:
+        where.append("group_id > ?")
+        params.append(after)
     if prefix:
         where.append("group_id >= ?")
         params.append(prefix)
@@ -68,10 +74,10 @@ def page_query(state: Optional[str], prefix: str, offset: int, limit: int) -> Tu
     return sql, tuple(params + [limit, offset])
 
 
-def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int,
-                limit: int) -> Tuple[List[GroupInfo], bool]:
-    """Up to ``limit`` groups in ``group_id`` order from ``offset``, of
-    ``state`` (any if None) and whose id starts with ``prefix``; and whether
-    more follow."""
-    rows = transport._inspect(*page_query(state, prefix, offset, limit + 1))
+def groups_page(transport: Any, state: Optional[str], prefix: str, offset: int, limit: int,
+                after: Optional[str] = None) -> Tuple[List[GroupInfo], bool]:
+    """Up to ``limit`` groups in ``group_id`` order from ``offset`` (counted
+    after the group ``after``, if given), of ``state`` (any if None) and
+    whose id starts with ``prefix``; and whether more follow."""
+    rows = transport._inspect(*page_query(state, prefix, offset, limit + 1, after))
     return [_info(row) for row in rows[:limit]], len(rows) > limit
