@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from dashboard_helpers import Served  # noqa: E402
+from dashboard_helpers import Served, open_postgres  # noqa: E402
 
 from leasequeue.testing._postgres_server import session_server  # noqa: E402
 
@@ -26,16 +26,6 @@ BACKENDS = ("sqlite", "postgres")
 def dash_pg_conninfo() -> Iterator[str]:
     with session_server() as server:
         yield server.conninfo
-
-
-def open_postgres(conninfo: str, queue: str, **kwargs: Any) -> Any:
-    """A PostgreSQL queue, made first where queues must be made
-    (``PostgresTransport.create_queue``, when this version has it)."""
-    from leasequeue import PostgresTransport
-
-    if hasattr(PostgresTransport, "create_queue"):
-        PostgresTransport.create_queue(conninfo, queue)
-    return PostgresTransport(conninfo, queue=queue, **kwargs)
 
 
 @pytest.fixture(params=BACKENDS)

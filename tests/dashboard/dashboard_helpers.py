@@ -98,3 +98,13 @@ def page_path(group_id: str) -> str:
 def api_path(group_id: str, action: Optional[str] = None) -> str:
     path = "/api/groups/" + urllib.parse.quote(group_id, safe="")
     return f"{path}/{action}" if action else path
+
+
+def open_postgres(conninfo: str, queue: str, **kwargs: Any) -> Any:
+    """A PostgreSQL queue, made first where queues must be made
+    (``PostgresTransport.create_queue``, when this version has it)."""
+    from leasequeue import PostgresTransport
+
+    if hasattr(PostgresTransport, "create_queue"):
+        PostgresTransport.create_queue(conninfo, queue)
+    return PostgresTransport(conninfo, queue=queue, **kwargs)

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
-from conftest import open_postgres
-from dashboard_helpers import free_port
+from dashboard_helpers import free_port, open_postgres
 
 from leasequeue import SQLiteTransport
 

@@ -45,7 +45,7 @@ def test_postgres_pages_use_indexes_at_100k_groups(dash_pg_conninfo: str) -> Non
     groups_locked index.  The one exception, stated: paused groups have no
     index, so a paused filter without a prefix may scan the queue's groups."""
     import psycopg
-    from conftest import open_postgres
+    from dashboard_helpers import open_postgres
 
     from leasequeue._backends.postgres import pages as pg_pages
 
