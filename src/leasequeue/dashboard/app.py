@@ -66,6 +66,8 @@ def _static(name: str) -> str:
 
 
 class _Dashboard:
+    """The endpoints of one application: its transport, its mode, its CSRF token."""
+
     def __init__(self, transport: Any, read_only: bool) -> None:
         self.t = transport
         self.read_only = read_only
@@ -102,7 +104,7 @@ class _Dashboard:
             raise HTTPException(400, "page and size must be integers") from None
         if page < 1 or not 1 <= size <= 500:
             raise HTTPException(400, "page must be >= 1 and size from 1 to 500")
-        return state, q.get("q") or "", page, size, q.get("after")
+        return state, q.get("q") or "", page, size, q.get("after") or None
 
     def _group(self, request: Request) -> Tuple[str, Any, List[Any]]:
         group_id = request.path_params["group_id"]
