@@ -53,7 +53,9 @@ def main() -> None:
     PostgresTransport.install(conninfo)
 
     def postgres() -> Any:
-        return PostgresTransport(conninfo, queue=f"q{time.time_ns()}")
+        name = f"q{time.time_ns()}"
+        PostgresTransport.create_queue(conninfo, name)  # only made queues open
+        return PostgresTransport(conninfo, queue=name)
 
     try:
         for name, make, n in (("sqlite", sqlite, 1000), ("postgres", postgres, 600)):

@@ -137,6 +137,16 @@ def test_the_sqlite_page_example_runs(tmp_path: Path, monkeypatch: pytest.Monkey
 _SKETCH = re.compile(r"^[^#\n]*?\bt\.(\w+)\(([^()\n]*)\)", re.M)
 
 
+def _is_literal(node: "ast.AST") -> bool:
+    import ast
+
+    try:
+        ast.literal_eval(node)
+    except ValueError:
+        return False
+    return True
+
+
 def _sketches(text: str) -> List[Tuple[str, "inspect.Signature"]]:
     """The ``t.method(params)`` sketches of a page's Python blocks, as
     signatures (lines whose arguments are values, not parameters, are
@@ -151,6 +161,8 @@ def _sketches(text: str) -> List[Tuple[str, "inspect.Signature"]]:
             except SyntaxError:
                 continue
             args = tree.body[0].args  # type: ignore[attr-defined]
+            if not all(_is_literal(d) for d in list(args.defaults) + [d for d in args.kw_defaults if d is not None]):
+                continue  # ``t.ack(lease, conn=conn)``: an example passing a variable, not a sketch
             params: List[inspect.Parameter] = []
             positional = args.args
             defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import _backends
-from ._errors import LeaseLost, LeaseQueueError
+from ._errors import LeaseLost, LeaseQueueError, QueueNotFound
 from ._protocol import BatchTransport, ControlPlane, CoreTransport, LeaseLike, Quarantine, Transport, WaitingTransport
 from ._types import GroupInfo, Message, TransportStats
 
@@ -61,6 +61,7 @@ __all__ = [
     "Message",
     "Middleware",
     "PyInMemoryTransport",
+    "QueueNotFound",
     "Quarantine",
     "Retry",
     "RetryLater",

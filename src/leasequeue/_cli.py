@@ -246,6 +246,9 @@ def add_parsers(sub: Any) -> None:
     p = cmds.add_parser("peek", parents=[common], help="a group's oldest messages, head first")
     p.add_argument("group_id", metavar="G", help="the group id")
     p.add_argument("-n", type=_count, default=1, metavar="K", dest="count", help="how many (default 1)")
+    from ._cli_queues import add_queue_admin_parsers  # PostgreSQL: install, create-queue, queues, drop-queue
+
+    add_queue_admin_parsers(cmds, common)
 
 
 # ------------------------------------------------------------------ shared
@@ -441,6 +444,11 @@ def _known(t: Any, group_id: str) -> Any:
 
 def run_queue(args: argparse.Namespace, stdin: Any = None) -> int:
     """``leasequeue queue``: 0 done, 1 unknown group or refused action."""
+    from ._cli_queues import run_queue_admin
+
+    status = run_queue_admin(args, stdin)
+    if status is not None:
+        return status
     t = open_transport(args, resolve_serializer(args.serializer), create=False)
     try:
         return _queue_command(t, args, stdin or sys.stdin)

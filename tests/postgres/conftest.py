@@ -56,8 +56,13 @@ def conninfo(pg_server: SessionServer) -> str:
 
 
 @pytest.fixture
-def queue_name() -> str:
-    return f"t_{uuid.uuid4().hex[:16]}"
+def queue_name(conninfo: str) -> str:
+    """A new queue of this test's own (created: opening a missing one fails)."""
+    from leasequeue import PostgresTransport
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    PostgresTransport.create_queue(conninfo, name)
+    return name
 
 
 @pytest.fixture
@@ -68,7 +73,10 @@ def make_pg(conninfo: str) -> Iterator[Callable[..., Any]]:
     made: List[Any] = []
 
     def make(queue: Optional[str] = None, **kwargs: Any) -> Any:
-        t = PostgresTransport(conninfo, queue=queue or f"t_{uuid.uuid4().hex[:16]}", **kwargs)
+        if queue is None:
+            queue = f"t_{uuid.uuid4().hex[:16]}"
+            PostgresTransport.create_queue(conninfo, queue)
+        t = PostgresTransport(conninfo, queue=queue, **kwargs)
         made.append(t)
         return t
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Callable, List
+from typing import Any, Callable, List
 
 import pytest
 
@@ -34,8 +34,11 @@ SEEDS = int(os.environ.get("LEASEQUEUE_PG_DIFF_SEEDS", "6"))
 OPS = int(os.environ.get("LEASEQUEUE_PG_DIFF_OPS", "1200"))
 
 
-def fresh_queue() -> str:
-    return f"k_{uuid.uuid4().hex[:16]}"
+def fresh_queue(conninfo: str) -> str:
+    """A new queue (created: opening a missing one fails)."""
+    name = f"k_{uuid.uuid4().hex[:16]}"
+    PostgresTransport.create_queue(conninfo, name)
+    return name
 
 
 class TestPostgresTransport(TransportContract):
@@ -46,13 +49,21 @@ class TestPostgresTransport(TransportContract):
     supports_later = True  # Part 5: publish(delay=), scheduled heads
     supports_once = True  # Part 5: keys, dedup_window
     supports_release = True  # Part 5: release, retry, fencing by delivery
+    supports_transactions = True  # Part 5, continued: conn= (the application's psycopg connection)
+
+    def open_app_connection(self, transport: Any) -> Any:
+        """A psycopg connection of the application's to the suite's database
+        (closed by its context manager; the kit commits or rolls back)."""
+        import psycopg
+
+        return psycopg.connect(self.conninfo)
 
     @pytest.fixture(autouse=True)
     def _server(self, conninfo: str) -> None:
         self.conninfo = conninfo
 
     def make_transport(self, clock: Callable[[], float], *, dedup_window: float = 0.0) -> PostgresTransport:
-        return PostgresTransport(self.conninfo, queue=fresh_queue(), clock=clock, dedup_window=dedup_window)
+        return PostgresTransport(self.conninfo, queue=fresh_queue(self.conninfo), clock=clock, dedup_window=dedup_window)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -63,7 +74,7 @@ def test_differential_against_the_reference(conninfo: str, seed: int) -> None:
     made: List[PostgresTransport] = []
 
     def make(clock: ManualClock, dedup_window: float = 0.0) -> PostgresTransport:
-        transport = PostgresTransport(conninfo, queue=fresh_queue(), clock=clock, dedup_window=dedup_window)
+        transport = PostgresTransport(conninfo, queue=fresh_queue(conninfo), clock=clock, dedup_window=dedup_window)
         made.append(transport)
         return transport
 
@@ -83,7 +94,7 @@ def test_instances_on_one_queue_are_one_transport(conninfo: str, seed: int) -> N
     made: List[ManyInstances] = []
 
     def make(clock: ManualClock, dedup_window: float = 0.0) -> ManyInstances:
-        queue = fresh_queue()
+        queue = fresh_queue(conninfo)
         transport = ManyInstances(
             lambda: PostgresTransport(conninfo, queue=queue, clock=clock, dedup_window=dedup_window), seed=len(made))
         made.append(transport)

@@ -19,7 +19,12 @@ SEEDS = int(os.environ.get("LEASEQUEUE_PG_DIFF_SEEDS", "6"))
 
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_quarantine_against_the_reference(conninfo: str, seed: int) -> None:
-    run(lambda clock: PostgresTransport(conninfo, queue=f"qd_{uuid.uuid4().hex[:16]}", clock=clock), seed)
+    def make(clock: Any) -> PostgresTransport:
+        name = f"qd_{uuid.uuid4().hex[:16]}"
+        PostgresTransport.create_queue(conninfo, name)
+        return PostgresTransport(conninfo, queue=name, clock=clock)
+
+    run(make, seed)
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -9,7 +9,7 @@ data.
 Each store is ``tests/fixtures/postgres-schemaN.sql``, a ``pg_dump`` (plain
 SQL) of a database the old code itself filled
 (``tests/fixtures/make_upgrade_fixtures.py``, run against commit d13ce49 for
-0.3, 9e92f20 for 0.4 and 1d46d15 for 0.5), restored into a fresh database of
+0.3, 9e92f20 for 0.4, 1d46d15 for 0.5 and c9deb69 for 0.6), restored into a fresh database of
 the suite's server; ``postgres-schemaN.json`` holds what the old code
 reported on it and the claims it gave next.  Every test that starts from an
 old store runs on each of them.
@@ -34,8 +34,8 @@ from leasequeue.testing import ManualClock
 from fixtures.make_upgrade_fixtures import INT64_MIN, STOP, continue_after, report, restore_dump
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
-#: The old releases' schema versions with a fixture: 0.3 (1), 0.4 (2) and 0.5 (3).
-OLD_VERSIONS = (1, 2, 3)
+#: The old releases' schema versions with a fixture: 0.3 (1), 0.4 (2), 0.5 (3) and 0.6 (4).
+OLD_VERSIONS = (1, 2, 3, 4)
 DUMPS: Dict[int, str] = {}
 RECORDS: Dict[int, Dict[str, Any]] = {}
 for _version in OLD_VERSIONS:
@@ -118,7 +118,7 @@ def test_the_dump_is_of_the_previous_schema(old_database: str, old_version: int,
     use it before install() upgraded it (a clear error, nothing changed)."""
     assert version_of(old_database) == str(old_version)
     assert record["made_by"].endswith(f"PostgreSQL schema version {old_version}")
-    assert _postgres.SCHEMA_VERSION == 4
+    assert _postgres.SCHEMA_VERSION == 5
     before = fingerprint(old_database)
     with pytest.raises(LeaseQueueError, match=f"version {old_version}, older than this leasequeue's .*run leasequeue"):
         PostgresTransport(old_database, queue=QUEUE)
@@ -191,6 +191,32 @@ def test_ack_and_claim_works_on_an_upgraded_schema(old_database: str, record: Di
         with pytest.raises(LeaseLost):
             t.ack_and_claim(lease, "drain", 30.0, INT64_MIN)
         assert (t.stats(), t.groups()) == before
+
+
+def test_transactions_work_on_an_upgraded_schema(old_database: str, record: Dict[str, Any]) -> None:
+    """What version 5 added (conn=, leasequeue.app_tx), on an old store: the
+    old live lease, rebuilt by hand, acked in a transaction that rolls back
+    is still current; acked in one that commits, its message is gone; a
+    publish in a rolled-back transaction leaves nothing, a committed one is
+    there; the old messages are untouched."""
+    PostgresTransport.install(old_database)
+    live = record["live_lease"]
+    clock = ManualClock(STOP)
+    with PostgresTransport(old_database, queue=QUEUE, clock=clock) as t:
+        before = t.stats().messages
+        old = leasequeue.Lease(live["seq"], live["group_id"], live["event"], live["worker_id"],
+                               live["expires_at"], live["attempt"])
+        with psycopg.connect(old_database) as conn:
+            t.ack(old, conn=conn)
+            t.publish("new-group", "rolled back", conn=conn)
+            conn.rollback()
+            assert t.stats().messages == before
+            t.ack(old, conn=conn)
+            seq = t.publish("new-group", "committed", conn=conn)
+            conn.commit()
+        assert t.stats().messages == before
+        assert [(m.seq, m.event) for m in t.peek("new-group")] == [(seq, "committed")]
+        assert live["seq"] not in [m.seq for m in t.peek(live["group_id"], 10)]
 
 
 def test_part5_works_on_an_upgraded_schema(old_database: str, record: Dict[str, Any]) -> None:

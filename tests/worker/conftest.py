@@ -63,6 +63,7 @@ class Backend:
                 self.conninfo = self._request.getfixturevalue("worker_pg_conninfo")
             from leasequeue import PostgresTransport
 
+            PostgresTransport.create_queue(self.conninfo, self.queue)  # only made queues open
             t = PostgresTransport(self.conninfo, queue=self.queue)
         self.made.append(t)
         return t
@@ -74,6 +75,9 @@ class Backend:
         if self.name == "postgres":
             if self.conninfo is None:
                 self.conninfo = self._request.getfixturevalue("worker_pg_conninfo")
+            from leasequeue import PostgresTransport
+
+            PostgresTransport.create_queue(self.conninfo, self.queue)  # only made queues open
             return ["--postgres", self.conninfo, "--queue", self.queue]
         raise ValueError("the command line runs on durable transports only")
 

@@ -64,10 +64,18 @@ BATCH = 64
 # (time.time()), put the number of jobs done in ``out``.
 
 
+def _open(conninfo: str, queue: str) -> Any:
+    """A transport on ``queue``, made first if need be (only made queues open)."""
+    from leasequeue import PostgresTransport
+
+    PostgresTransport.create_queue(conninfo, queue)
+    return PostgresTransport(conninfo, queue=queue)
+
+
 def _lq_cycle(conninfo: str, queue: str, wid: int, batch: int, start: Any, stop_at: Any, out: Any) -> None:
     from leasequeue import PostgresTransport
 
-    t = PostgresTransport(conninfo, queue=queue)
+    t = _open(conninfo, queue)
     worker = f"w{wid}"
     n = 0
     out.put("ready")
@@ -194,7 +202,7 @@ def _lq_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out
     worker loop does: a worker with nothing to take waits in claim."""
     from leasequeue import PostgresTransport
 
-    t = PostgresTransport(conninfo, queue=queue)
+    t = _open(conninfo, queue)
     worker = f"w{wid}"
     n, last = 0, 0.0
     out.put("ready")
@@ -228,7 +236,7 @@ def _lq_consume_aac(conninfo: str, queue: str, wid: int, batch: int, start: Any,
     ``claim(timeout=0.2)``."""
     from leasequeue import PostgresTransport
 
-    t = PostgresTransport(conninfo, queue=queue)
+    t = _open(conninfo, queue)
     worker = f"w{wid}"
     n, last = 0, 0.0
     out.put("ready")
@@ -332,7 +340,7 @@ def fill(system: str, conninfo: str, queue: str, jobs: int, groups: int) -> None
     if system == "leasequeue":
         from leasequeue import PostgresTransport
 
-        with PostgresTransport(conninfo, queue=queue) as t:
+        with _open(conninfo, queue) as t:
             for base in range(0, jobs, chunk):
                 t.publish_many([(f"g{i % groups}", {"n": i}) for i in range(base, min(base + chunk, jobs))])
     elif system == "pgqueuer":
@@ -523,7 +531,7 @@ def claim_latency(conninfo: str, queued: int, samples: int = 300) -> Dict[str, f
     import psycopg
     from leasequeue import PostgresTransport
 
-    t = PostgresTransport(conninfo, queue=f"lat{uuid.uuid4().hex[:8]}")
+    t = _open(conninfo, f"lat{uuid.uuid4().hex[:8]}")
     groups = max(queued // 10, 1)
     payload = pickle.dumps({"n": 0}, protocol=pickle.HIGHEST_PROTOCOL)
     with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -557,7 +565,7 @@ def claim_latency(conninfo: str, queued: int, samples: int = 300) -> Dict[str, f
 def _waiter(conninfo: str, queue: str, count: int, ready: Any, out: Any) -> None:
     from leasequeue import PostgresTransport
 
-    t = PostgresTransport(conninfo, queue=queue)
+    t = _open(conninfo, queue)
     lat = []
     ready.set()
     for _ in range(count):
@@ -583,7 +591,7 @@ def wake_latency(conninfo: str, count: int = 200) -> Dict[str, float]:
     p = ctx.Process(target=_waiter, args=(conninfo, queue, count, ready, out))
     p.start()
     ready.wait(60)
-    t = PostgresTransport(conninfo, queue=queue)
+    t = _open(conninfo, queue)
     time.sleep(1.0)
     rng = random.Random(7)
     for i in range(count):

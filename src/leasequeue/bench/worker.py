@@ -287,6 +287,7 @@ def _pg_lq_proc(conninfo: str, queue: str, counter: Any, ready: Any, go: Any, st
                 concurrency: int = 1) -> None:
     from leasequeue import PostgresTransport, Worker
 
+    PostgresTransport.create_queue(conninfo, queue)  # only made queues open
     t = PostgresTransport(conninfo, queue=queue)
 
     def handler(job: Any) -> None:
@@ -377,7 +378,8 @@ def _pg_publisher(system: str, conninfo: str, queue: str) -> Tuple[Callable[[Lis
     if system.startswith("leasequeue"):
         from leasequeue import PostgresTransport
 
-        t = PostgresTransport(conninfo, queue=queue)
+        PostgresTransport.create_queue(conninfo, queue)  # only made queues open
+    t = PostgresTransport(conninfo, queue=queue)
 
         def publish(items: List[Tuple[str, float]]) -> None:
             for start in range(0, len(items), 500):

@@ -9,7 +9,7 @@
 SELECT value FROM leasequeue.meta WHERE key = 'schema_version';
 
 -- name: register_queue --
--- The id and message sequence of a named queue, created on first use.
+-- The id and message sequence of a named queue, made if missing (only install and create_queue call it).
 SELECT queue_id, queue_seq FROM leasequeue.register_queue(%s);
 
 -- name: publish --

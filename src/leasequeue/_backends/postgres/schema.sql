@@ -1,4 +1,4 @@
--- leasequeue schema for PostgreSQL, version 4.
+-- leasequeue schema for PostgreSQL, version 5.
 --
 -- Idempotent: PostgresTransport.install(conninfo) runs this whole file in one
 -- transaction (under an advisory lock, so concurrent installs do not race).
@@ -185,15 +185,38 @@ END $$;
 CREATE OR REPLACE FUNCTION leasequeue.listen_key(p_queue int) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT 4294967296 + p_queue $$;
 
+-- Version 5: marks the transaction as the application's (an operation
+-- given conn=): returns p_queue, so that the transport's statement passes
+-- its queue through it, and the mark is set before the operation runs (an
+-- argument is evaluated before its function).  Transaction-local: gone at
+-- the commit or rollback.
+CREATE OR REPLACE FUNCTION leasequeue.app_tx(p_queue int) RETURNS int
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('leasequeue.app_tx', 'on', true);
+    RETURN p_queue;
+END $$;
+
 -- Tell this queue's waiting claims (on every machine) that a message of
 -- this priority became claimable, if anybody listens.  The check runs under
 -- the queue's shared listen lock, and a sign-up (listen_register) takes it
 -- exclusively before it commits: either the sign-up waited for this
 -- transaction to commit (so the new listener's first claim sees its
 -- change), or this check sees the sign-up (and notifies).
+-- In an application's transaction (version 5, leasequeue.app_tx) it
+-- notifies without that lock or check: held until an application's commit,
+-- the lock would hold up every sign-up, and every announcement queued
+-- behind one, for as long as the application's transaction lasts.  A
+-- notification is always safe to send (a listener that gets it looks once
+-- more), and one sent at the commit reaches every listener that signed up
+-- before the commit; one that signs up later sees the commit when it looks.
 CREATE OR REPLACE FUNCTION leasequeue.announce(p_queue int, p_payload text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
+    IF current_setting('leasequeue.app_tx', true) = 'on' THEN
+        PERFORM pg_notify('leasequeue_' || p_queue, p_payload);
+        RETURN true;
+    END IF;
     PERFORM pg_advisory_xact_lock_shared(4294967296 + p_queue);
     IF EXISTS (SELECT 1 FROM leasequeue.listeners WHERE queue = p_queue) THEN
         PERFORM pg_notify('leasequeue_' || p_queue, p_payload);
@@ -830,6 +853,11 @@ BEGIN
         END IF;
     ELSIF NOT v_paused THEN
         -- leasequeue.announce, inlined (the hot path: one call less).
+        IF current_setting('leasequeue.app_tx', true) = 'on' THEN
+            PERFORM pg_notify('leasequeue_' || p_queue,
+                              CASE WHEN v_due IS NULL THEN v_priority || ':' || v_next ELSE 'expiry' END);
+            RETURN true;
+        END IF;
         PERFORM pg_advisory_xact_lock_shared(4294967296 + p_queue);
         IF EXISTS (SELECT 1 FROM leasequeue.listeners WHERE queue = p_queue) THEN
             PERFORM pg_notify('leasequeue_' || p_queue,
@@ -1255,5 +1283,5 @@ SET seq_oid = to_regclass('leasequeue.seq_' || q.id)::oid
 WHERE to_regclass('leasequeue.seq_' || q.id) IS NOT NULL
   AND q.seq_oid IS DISTINCT FROM to_regclass('leasequeue.seq_' || q.id)::oid;
 
-INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '4')
+INSERT INTO leasequeue.meta (key, value) VALUES ('schema_version', '5')
 ON CONFLICT (key) DO NOTHING;

@@ -2,7 +2,9 @@
 
 Any number of processes on any number of machines share one queue.  Each
 operation is one round trip: a call of a server-side function
-(``_backends/postgres/schema.sql``) in its own transaction.  The contract notes
+(``_backends/postgres/schema.sql``) in its own transaction, or, given
+``conn=``, in the application's (``appconn.py``).  Queues are made by
+``install`` and ``create_queue`` only (``queues.py``).  The contract notes
 (what differs from the in-memory transport, time, waiting, faults) are in
 ``docs/postgres.md``.
 
@@ -22,7 +24,9 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Typ
 import psycopg  # only leasequeue._backends.load() imports this module: it names the extra when psycopg is missing
 
 from ..durable import DeliveryKey, check_lease, decoded_lease, issue, lease_delivery, lease_key, lost
-from ..._errors import LeaseQueueError
+from ..._errors import LeaseQueueError, QueueNotFound
+from . import queues as _queues
+from .appconn import IDENTITY_SQL, AppConnections, check_async_conn, check_conn, in_app_tx
 from .waiting import Listener, Waiter, WaitRoom
 from ..._serializers import EventDecodeError, check_serializer, decode_or_undecodable, serialize_bytes
 from ..sqlfiles import load_migrations, load_queries, load_script
@@ -49,8 +53,9 @@ __all__ = ["SCHEMA_VERSION", "PostgresTransport"]
 #: ``install()`` upgrades an older one (1, leasequeue 0.3, or later) with the
 #: numbered files of ``_backends/postgres/migrations/``.  Version 4
 #: (leasequeue 0.6): delayed publish, idempotency keys, release, retry,
-#: fencing by delivery.
-SCHEMA_VERSION = 4
+#: fencing by delivery.  Version 5 (0.7): operations in the application's
+#: transaction (``conn=``: ``leasequeue.app_tx``; no table change).
+SCHEMA_VERSION = 5
 #: The oldest schema version ``install()`` can upgrade: the first released one.
 OLDEST_UPGRADABLE = 1
 
@@ -192,7 +197,7 @@ class _Steps:
     Closing the transport meanwhile makes any failure a plain ``None``.
     """
 
-    __slots__ = ("t", "waiter", "deadline", "worker_id", "visibility", "lease", "used", "busy", "retried")
+    __slots__ = ("t", "waiter", "deadline", "worker_id", "visibility", "lease", "used", "busy", "retried", "held")
 
     def __init__(self, t: "PostgresTransport", waiter: Waiter, deadline: float, worker_id: str,
                  visibility: float) -> None:
@@ -205,6 +210,10 @@ class _Steps:
         self.used = False
         self.busy = False
         self.retried: Optional[bool] = False  # None: the step under way is a sign-up
+        #: successive looks that found the earliest lock end already past
+        #: (a row another transaction holds: an ack in an application's
+        #: transaction, docs/decisions.md): the next look backs off
+        self.held = 0
         t._room.enter(waiter)
 
     def leave(self) -> None:
@@ -225,7 +234,12 @@ class _Steps:
         if leases:
             self.lease = leases[0]
             return None
-        self.busy = self.t._learn(rows[-1])
+        if self.t._room.dropped:
+            self.t._check_queue()
+        report = rows[-1]
+        ended = report[3] is not None and report[3] != _INF and float(report[3]) <= float(report[6])
+        self.held = self.held + 1 if ended else 0
+        self.busy = self.t._learn(report, self.held)
         return self._after_look()
 
     def failed(self, exc: LeaseQueueError) -> Optional[Tuple[str, float]]:
@@ -279,8 +293,10 @@ class PostgresTransport:
     ``dedup_window``: seconds a publish's key stays held after its message
     left (default 0: exactly while the message is held).
 
-    The schema must exist: ``PostgresTransport.install(conninfo)`` creates
-    it.  Every method is thread-safe; errors of the database or the
+    The schema and the queue must exist: ``PostgresTransport.install(conninfo,
+    queues=[...])`` or ``create_queue`` make them; a queue that does not
+    exist raises ``QueueNotFound``.  The writes take ``conn=``, the
+    application's psycopg connection, to run in its transaction.  Every method is thread-safe; errors of the database or the
     connection raise ``LeaseQueueError`` and the next call reconnects.
     """
 
@@ -295,7 +311,7 @@ class PostgresTransport:
     ) -> None:
         if not isinstance(conninfo, str):
             raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
-        queue = check_id(queue, "queue")
+        queue = _queues.check_queue_name(queue)
         if clock is not None and not callable(clock):
             raise TypeError(f"clock must be callable, not {type(clock).__name__}")
         self._window = check_duration(dedup_window, "dedup_window")
@@ -307,15 +323,19 @@ class PostgresTransport:
         self._pool = _Pool(self._connect)
         conn = self._connect()
         try:
-            self._check_schema(conn)
-            row = conn.execute(_Q["register_queue"], (queue,)).fetchone()
+            self._check_schema(conn, queue)
+            found = _queues.find(conn, queue)
+            if found is None:
+                raise _queues.missing(queue)
+            identity = conn.execute(IDENTITY_SQL).fetchone()
         except psycopg.Error as exc:
             conn.close()
             raise _error(exc, f"PostgresTransport(queue={queue!r})") from exc
         except BaseException:
             conn.close()
             raise
-        self._queue, self._seq_oid = int(row[0]), int(row[1])
+        self._queue, self._seq_oid = found
+        self._app = AppConnections(identity, self._queue, queue)
         self._pool.put(conn, 0)
         self._channel = f"leasequeue_{self._queue}"
         self._room = WaitRoom()
@@ -326,8 +346,14 @@ class PostgresTransport:
     # ------------------------------------------------------------ set-up
 
     @staticmethod
-    def install(conninfo: str) -> None:
-        """Create the leasequeue schema, or bring it up to date; idempotent.
+    def install(conninfo: str, queues: Iterable[str] = ("default",)) -> None:
+        """Create the leasequeue schema, or bring it up to date, and create
+        the named ``queues`` that do not exist yet; idempotent.
+
+        ``queues``: queue names (default: ``("default",)``; ``()`` for none),
+        each checked as the constructor's ``queue`` is, all before anything
+        is sent.  Only this and :meth:`create_queue` create queues: opening
+        one that does not exist raises ``QueueNotFound``.
 
         All in one transaction, under an advisory lock (concurrent installs
         wait for each other).  A database of an older schema version is
@@ -338,6 +364,11 @@ class PostgresTransport:
         the old release must be stopped first: they refuse the upgraded
         schema on their next start, but a running one would not notice it.
         """
+        if not isinstance(conninfo, str):
+            raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
+        if isinstance(queues, (str, bytes)):
+            raise TypeError("queues must be an iterable of queue names, not a single str: write queues=[name]")
+        names = [_queues.check_queue_name(name, "a queue name") for name in queues]
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 with conn.transaction():
@@ -352,8 +383,37 @@ class PostgresTransport:
                     version = int(row[0]) if row is not None else 0
                     if version != SCHEMA_VERSION:  # a packaging error; rolled back
                         raise LeaseQueueError(f"install left schema version {version}, not {SCHEMA_VERSION}")
+                    for name in names:
+                        _queues.create(conn, name)
         except psycopg.Error as exc:
             raise _error(exc, "PostgresTransport.install") from exc
+
+    @staticmethod
+    def create_queue(conninfo: str, name: str) -> bool:
+        """Create the queue ``name``; True if it was made, False if it existed.
+
+        The schema must be installed (``QueueNotFound`` otherwise: run
+        :meth:`install`).  Safe to run concurrently with itself and with
+        :meth:`install`.
+        """
+        return bool(_admin(conninfo, name, "create_queue", _queues.create))
+
+    @staticmethod
+    def drop_queue(conninfo: str, name: str) -> bool:
+        """Remove the queue ``name`` and every message it holds, for good;
+        True if it existed, False if there was no such queue.
+
+        Waits for transactions that hold one of its groups (an application's
+        transaction mid-ack).  Transports still open on it then fail clearly
+        (``QueueNotFound``), also if a queue of that name is created again.
+        """
+        return bool(_admin(conninfo, name, "drop_queue", _queues.drop))
+
+    @staticmethod
+    def list_queues(conninfo: str) -> List[Tuple[str, TransportStats]]:
+        """Every queue of the database, by name, with its counts (as
+        ``stats()`` gives them; read only: this frees no expired lock)."""
+        return list(_admin(conninfo, _NO_NAME, "list_queues", lambda conn, _name: _queues.list_all(conn)))
 
     def _connect(self) -> Any:
         try:
@@ -368,12 +428,10 @@ class PostgresTransport:
         return conn
 
     @staticmethod
-    def _check_schema(conn: Any) -> None:
+    def _check_schema(conn: Any, queue: Optional[str] = None) -> None:
         exists = conn.execute("SELECT to_regclass('leasequeue.meta')").fetchone()
         if exists is None or exists[0] is None:
-            raise LeaseQueueError(
-                "the database has no leasequeue schema: run leasequeue.PostgresTransport.install(conninfo) first"
-            )
+            raise _queues.no_schema(queue)
         row = conn.execute(_Q["schema_version"]).fetchone()
         version = int(row[0]) if row is not None else 0
         if version > SCHEMA_VERSION:
@@ -405,7 +463,7 @@ class PostgresTransport:
         self._check_open(what)
         return self._read_clock()
 
-    def _execute(self, what: str, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
+    def _execute(self, what: str, sql: str, params: Sequence[Any], check: bool = True) -> List[Tuple[Any, ...]]:
         """One statement on a pooled connection; its rows.  A ``_NOW`` among
         the parameters becomes the clock's reading, taken once the connection
         is in hand (after the closed check: a closed transport reads no clock)."""
@@ -422,7 +480,7 @@ class PostgresTransport:
             rows = conn.execute(sql, params).fetchall()
         except psycopg.Error as exc:
             self._pool.discard(conn)
-            raise _error(exc, what) from exc
+            raise (self._failed(exc, what) if check else _error(exc, what)) from exc
         except BaseException:
             # Interrupted mid-call (KeyboardInterrupt): the connection's
             # state is unknown, so it is not reused.
@@ -433,6 +491,90 @@ class PostgresTransport:
 
     def _scalar(self, what: str, sql: str, params: Sequence[Any]) -> Any:
         return self._execute(what, sql, params)[0][0]
+
+    def _run(self, what: str, sql: str, params: Sequence[Any], conn: Any) -> List[Tuple[Any, ...]]:
+        """``_execute``, or with ``conn`` (checked by ``check_conn``) on the
+        application's connection, in its transaction (``appconn``)."""
+        if conn is None:
+            return self._execute(what, sql, params)
+        self._check_open(what)
+        if any(p is _NOW for p in params):
+            now = self._read_clock()
+            params = tuple(now if p is _NOW else p for p in params)
+        try:
+            return self._app.run(conn, what, in_app_tx(sql), params)
+        except psycopg.Error as exc:
+            self._gone(exc)
+            raise
+
+    def _gone(self, exc: BaseException) -> None:
+        """On the application's connection a failed statement raises the
+        driver's error, unless it failed because the queue was dropped (its
+        sequence is gone): ``QueueNotFound`` then, checked on a connection
+        of the transport's (the application's transaction has failed)."""
+        if self._closed or isinstance(exc, (psycopg.OperationalError, psycopg.errors.InFailedSqlTransaction)):
+            return
+        try:
+            self._check_queue()
+        except QueueNotFound as gone:
+            raise gone from exc
+        except LeaseQueueError:
+            pass
+
+    async def _arun(self, what: str, sql: str, params: Sequence[Any], conn: Any) -> List[Tuple[Any, ...]]:
+        """``_run`` for ``apublish`` / ``aack``: on ``conn`` (an
+        ``AsyncConnection``) in its transaction, else on this loop's own
+        autocommit connection."""
+        self._check_open(what)
+        if any(p is _NOW for p in params):
+            now = self._read_clock()
+            params = tuple(now if p is _NOW else p for p in params)
+        if conn is not None:
+            try:
+                return await self._app.arun(conn, what, in_app_tx(sql), params)
+            except psycopg.Error as exc:
+                self._gone(exc)
+                raise
+        loop = asyncio.get_running_loop()
+        own = await self._aconn(loop)
+        try:
+            cur = await own.execute(sql, params)
+            return await cur.fetchall()
+        except psycopg.Error as exc:
+            self._aconns.pop(loop, None)
+            try:
+                await own.close()
+            except Exception:
+                pass
+            raise self._failed(exc, what) from exc
+
+    def _failed(self, exc: BaseException, what: str) -> LeaseQueueError:
+        """The error for a failed statement of this transport: ``QueueNotFound``
+        if the queue is gone (a dropped queue's sequence is gone too, so its
+        publishes fail), else ``_error``'s."""
+        if not self._closed and isinstance(exc, psycopg.Error) and not isinstance(exc, psycopg.OperationalError):
+            try:
+                self._check_queue()
+            except QueueNotFound as gone:
+                return gone
+            except LeaseQueueError:
+                pass
+        return _error(exc, what)
+
+    def _check_queue(self) -> None:
+        """``QueueNotFound`` unless this transport's queue (its id and name)
+        still exists: the check of the paths that found nothing (an empty
+        claim or read, a lease not current), never of a hot path."""
+        rows = self._execute("check queue", "SELECT 1 FROM leasequeue.queues WHERE id = %s AND name = %s",
+                             (self._queue, self._name), check=False)
+        if not rows:
+            raise _queues.missing(self._name)
+
+    def _lost(self, lease: Any) -> BaseException:
+        """``LeaseLost`` for a lease the database found not current, or
+        ``QueueNotFound`` if that is because the queue was dropped."""
+        self._check_queue()
+        return lost(lease)
 
     def _poke(self, payload: str) -> None:
         """NOTIFY this queue's channel (also while closing: no closed check)."""
@@ -445,7 +587,8 @@ class PostgresTransport:
     # ------------------------------------------------------------ Part 1
 
     def publish(
-        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None,
+        conn: Any = None,
     ) -> int:
         """Append ``event`` to group ``group_id``; return its sequence number.
 
@@ -454,21 +597,49 @@ class PostgresTransport:
         ``delay > 0``: not delivered before ``now + delay`` (its group's
         later messages wait behind it).  ``key``: while it is held in the
         group, nothing is published and the holder's seq is returned.
+        ``conn``: the application's psycopg ``Connection``: the publish is
+        part of its transaction, visible to others at its commit, gone at
+        its rollback (docs/transactions.md); the transport neither commits
+        nor rolls back.
         """
         group_id = check_id(group_id, "group_id")
         priority = check_priority(priority, "priority")
         delay = check_duration(delay, "delay")
         key = check_key(key)
+        conn = check_conn(conn, "publish")
         payload = serialize_bytes(self._dumps, event)
-        if delay == 0.0 and key is None:  # Part 1's publish: its own function, no clock
-            return int(self._scalar("publish", _Q_PUBLISH, (self._queue, self._seq_oid, group_id, payload, priority)))
-        now = _NOW if delay > 0.0 or (key is not None and self._window > 0.0) else None
-        seq = int(self._scalar("publish", _Q["publish_ext"], (
-            self._queue, self._seq_oid, group_id, payload, priority, delay, key, self._window, now,
-            self._clock is None)))
+        sql, params = self._publish_call(group_id, payload, priority, delay, key)
+        seq = int(self._run("publish", sql, params, conn)[0][0])
         if delay > 0.0:
             self._locked(delay)
         return seq
+
+    async def apublish(
+        self, group_id: str, event: Any, priority: int = 0, *, delay: float = 0.0, key: Optional[str] = None,
+        conn: Any = None,
+    ) -> int:
+        """``publish`` as a coroutine: ``conn`` is the application's psycopg
+        ``AsyncConnection`` (its transaction), or None (this transport's own
+        async connection, autocommit)."""
+        group_id = check_id(group_id, "group_id")
+        priority = check_priority(priority, "priority")
+        delay = check_duration(delay, "delay")
+        key = check_key(key)
+        conn = check_async_conn(conn, "apublish")
+        payload = serialize_bytes(self._dumps, event)
+        sql, params = self._publish_call(group_id, payload, priority, delay, key)
+        seq = int((await self._arun("apublish", sql, params, conn))[0][0])
+        if delay > 0.0:
+            self._locked(delay)
+        return seq
+
+    def _publish_call(self, group_id: str, payload: bytes, priority: int, delay: float,
+                      key: Optional[str]) -> Tuple[str, Tuple[Any, ...]]:
+        if delay == 0.0 and key is None:  # Part 1's publish: its own function, no clock
+            return _Q_PUBLISH, (self._queue, self._seq_oid, group_id, payload, priority)
+        now = _NOW if delay > 0.0 or (key is not None and self._window > 0.0) else None
+        return _Q["publish_ext"], (self._queue, self._seq_oid, group_id, payload, priority, delay, key,
+                                   self._window, now, self._clock is None)
 
     def claim(
         self, worker_id: str, visibility: float, min_priority: int = 0, *, timeout: Optional[float] = 0.0
@@ -488,29 +659,56 @@ class PostgresTransport:
             "claim", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, _NOW, 1, False, None)
         )
         leases = self._leases(rows, worker_id, visibility)
-        return leases[0] if leases else None
+        if leases:
+            return leases[0]
+        self._check_queue()
+        return None
 
-    def ack(self, lease: Any) -> None:
-        """Done: remove the leased message (``LeaseLost`` if not current)."""
+    def ack(self, lease: Any, *, conn: Any = None) -> None:
+        """Done: remove the leased message (``LeaseLost`` if not current).
+
+        ``conn``: the application's psycopg ``Connection``: the ack is part
+        of its transaction (the message is gone at its commit; at its
+        rollback the lease is as it was), and from this call until that
+        transaction ends no other claim can take the delivery over."""
         check_lease(lease)
+        conn = check_conn(conn, "ack")
         key = lease_key(lease)
         self._check_open("ack")
-        if key is None or not self._scalar("ack", _Q_ACK, (self._queue, *_delivery(key, lease))):
+        if key is None:
             raise lost(lease)
+        if not self._run("ack", _Q_ACK, (self._queue, *_delivery(key, lease)), conn)[0][0]:
+            raise self._lost(lease)
 
-    def nack(self, lease: Any, delay: float = 0.0) -> None:
-        """Give the message back: retry now (``delay == 0``) or park it for ``delay`` s."""
-        self._hand_back("nack", _Q_NACK, lease, delay)
+    async def aack(self, lease: Any, *, conn: Any = None) -> None:
+        """``ack`` as a coroutine: ``conn`` is the application's psycopg
+        ``AsyncConnection`` (its transaction), or None (this transport's own
+        async connection, autocommit)."""
+        check_lease(lease)
+        conn = check_async_conn(conn, "aack")
+        key = lease_key(lease)
+        self._check_open("aack")
+        if key is None:
+            raise lost(lease)
+        if not (await self._arun("aack", _Q_ACK, (self._queue, *_delivery(key, lease)), conn))[0][0]:
+            raise self._lost(lease)
 
-    def release(self, lease: Any, delay: float = 0.0) -> None:
+    def nack(self, lease: Any, delay: float = 0.0, *, conn: Any = None) -> None:
+        """Give the message back: retry now (``delay == 0``) or park it for ``delay`` s.
+        ``conn``: in the application's transaction, as ``ack``'s."""
+        self._hand_back("nack", _Q_NACK, lease, delay, conn)
+
+    def release(self, lease: Any, delay: float = 0.0, *, conn: Any = None) -> None:
         """``nack(lease, delay)`` whose delivery does not count: the message's
         attempt count goes back to ``lease.attempt - 1``, so its next delivery
-        carries this one's ``attempt`` (a hand-back, not a failure)."""
-        self._hand_back("release", _Q["release"], lease, delay)
+        carries this one's ``attempt`` (a hand-back, not a failure).
+        ``conn``: in the application's transaction, as ``ack``'s."""
+        self._hand_back("release", _Q["release"], lease, delay, conn)
 
-    def _hand_back(self, what: str, sql: str, lease: Any, delay: float) -> None:
+    def _hand_back(self, what: str, sql: str, lease: Any, delay: float, conn: Any = None) -> None:
         check_lease(lease)
         delay = check_duration(delay, "delay")
+        conn = check_conn(conn, what)
         now = _NOW if delay > 0.0 else None
         key = lease_key(lease)
         if key is None:
@@ -518,8 +716,8 @@ class PostgresTransport:
                 self._now(what)
             self._check_open(what)
             raise lost(lease)
-        if not self._scalar(what, sql, (self._queue, *_delivery(key, lease), delay, now)):
-            raise lost(lease)
+        if not self._run(what, sql, (self._queue, *_delivery(key, lease), delay, now), conn)[0][0]:
+            raise self._lost(lease)
         if delay > 0.0:
             self._locked(delay)
 
@@ -533,7 +731,7 @@ class PostgresTransport:
             raise lost(lease)
         expires_at = self._scalar("extend", _Q_EXTEND, (self._queue, *_delivery(key, lease), visibility, _NOW))
         if expires_at is None:
-            raise lost(lease)
+            raise self._lost(lease)
         self._locked(visibility)
         group_id, attempt, seq, worker_id = key
         return issue(seq, group_id, lease.event, worker_id, float(expires_at), attempt, lease_delivery(lease))
@@ -542,11 +740,16 @@ class PostgresTransport:
         """Counts as of now (expired leases and parks count as neither;
         ``scheduled``: messages published with a delay and not yet due)."""
         row = self._execute("stats", _Q["stats"], (self._queue, _NOW))[0]
+        if not any(row):
+            self._check_queue()
         return TransportStats(*(int(x) for x in row))
 
     def __len__(self) -> int:
         """Messages held: ready + leased + parked + scheduled (+ buried)."""
-        return int(self._scalar("len", _Q["count"], (self._queue,)))
+        n = int(self._scalar("len", _Q["count"], (self._queue,)))
+        if not n:
+            self._check_queue()
+        return n
 
     # ------------------------------------------------------------ leases
 
@@ -643,14 +846,20 @@ class PostgresTransport:
         finally:
             steps.leave()
 
-    def _learn(self, report: Tuple[Any, ...]) -> bool:
+    def _learn(self, report: Tuple[Any, ...], held: int = 0) -> bool:
         """Take a waiting claim's report row: the earliest lock end (for the
-        timekeeper); True if a claimable row was skipped."""
+        timekeeper); True if a claimable row was skipped.  ``held``: how many
+        looks in a row found that end already past (the claim's expiry
+        skipped it: another transaction holds the row, such as an ack in an
+        application's transaction that stays open): the timekeeper then looks
+        again after 2, 4, 8 ... ms, at most 100 ms, instead of every 2 ms (a
+        rollback there frees the lease without a notification)."""
         next_end, used_now, busy = report[3], report[6], report[7]
         if next_end is None or next_end == _INF:
             self._room.set_due(_INF)
         else:
-            self._room.set_due(time.monotonic() + max(float(next_end) - float(used_now), 0.0) + 0.002)
+            pause = 0.002 if held <= 1 else min(0.002 * 2.0 ** (held - 1), 0.1)
+            self._room.set_due(time.monotonic() + max(float(next_end) - float(used_now), 0.0) + pause)
         return bool(busy)
 
     def _claim_report(self, worker_id: str, visibility: float, min_priority: int) -> List[Tuple[Any, ...]]:
@@ -834,50 +1043,71 @@ class PostgresTransport:
     def pause(self, group_id: str) -> bool:
         """Never serve the group until ``resume``; True if it was not paused."""
         group_id = check_id(group_id, "group_id")
+        self._check_open("pause")
+        self._check_queue()  # a pause records even an empty group: never in a dropped queue
         return bool(self._scalar("pause", _Q["pause"], (self._queue, group_id)))
 
     def resume(self, group_id: str) -> bool:
         """Lift a pause and end a park now; True if either was lifted."""
         group_id = check_id(group_id, "group_id")
-        return bool(self._scalar("resume", _Q["resume"], (self._queue, group_id)))
+        done = bool(self._scalar("resume", _Q["resume"], (self._queue, group_id)))
+        if not done:
+            self._check_queue()
+        return done
 
     def purge(self, group_id: str) -> int:
         """Remove every message of the group and forget it; the count removed."""
         group_id = check_id(group_id, "group_id")
-        return int(self._scalar("purge", _Q["purge"], (self._queue, group_id)))
+        done = int(self._scalar("purge", _Q["purge"], (self._queue, group_id)))
+        if not done:
+            self._check_queue()
+        return done
 
     def set_priority(self, group_id: str, priority: int) -> bool:
         """Change a live group's priority; False if there is no such group."""
         group_id = check_id(group_id, "group_id")
         priority = check_priority(priority, "priority")
-        return bool(self._scalar("set_priority", _Q["set_priority"], (self._queue, group_id, priority)))
+        done = bool(self._scalar("set_priority", _Q["set_priority"], (self._queue, group_id, priority)))
+        if not done:
+            self._check_queue()
+        return done
 
     def group(self, group_id: str) -> Optional[GroupInfo]:
         """What one group is doing now, or None."""
         group_id = check_id(group_id, "group_id")
         rows = self._execute("group", _Q["group_info"], (self._queue, group_id, _NOW))
-        return _info(rows[0]) if rows else None
+        if not rows:
+            self._check_queue()
+            return None
+        return _info(rows[0])
 
     def groups(self) -> List[GroupInfo]:
         """A snapshot of every group, in group creation order: O(G + N)."""
-        return [_info(row) for row in self._execute("groups", _Q["group_info"], (self._queue, None, _NOW))]
+        rows = self._execute("groups", _Q["group_info"], (self._queue, None, _NOW))
+        if not rows:
+            self._check_queue()
+        return [_info(row) for row in rows]
 
     # ------------------------------------------------------------ quarantine
 
-    def bury(self, lease: Any, reason: str = "") -> None:
+    def bury(self, lease: Any, reason: str = "", *, conn: Any = None) -> None:
         """Quarantine the lease's group: the delivery ends, its message stays
         at the head, and no claim serves the group until ``resume`` (the same
         message again, attempt + 1) or ``skip``.  ``reason`` (a ``str``) is
-        kept with the group.  ``LeaseLost`` if the lease is not current."""
+        kept with the group.  ``LeaseLost`` if the lease is not current.
+        ``conn``: in the application's transaction, as ``ack``'s."""
         check_lease(lease)
         if type(reason) is not str:
             if not isinstance(reason, str):
                 raise TypeError(f"reason must be a str, not {type(reason).__name__}")
             reason = str.__str__(reason)
+        conn = check_conn(conn, "bury")
         key = lease_key(lease)
         self._check_open("bury")
-        if key is None or not self._scalar("bury", _Q["bury"], (self._queue, *_delivery(key, lease), reason)):
+        if key is None:
             raise lost(lease)
+        if not self._run("bury", _Q["bury"], (self._queue, *_delivery(key, lease), reason), conn)[0][0]:
+            raise self._lost(lease)
 
     def skip(self, group_id: str) -> bool:
         """Remove the group's head unless a lease that has not expired holds it
@@ -885,7 +1115,10 @@ class PostgresTransport:
         pause); True if removed.  The next message is claimable unless the
         group is paused, and wakes a waiting claim on any machine."""
         group_id = check_id(group_id, "group_id")
-        return bool(self._scalar("skip", _Q["skip"], (self._queue, group_id, _NOW)))
+        done = bool(self._scalar("skip", _Q["skip"], (self._queue, group_id, _NOW)))
+        if not done:
+            self._check_queue()
+        return done
 
     def retry(self, group_id: str) -> bool:
         """The operator's "run it again from scratch": the head's attempt count
@@ -895,7 +1128,10 @@ class PostgresTransport:
         message, or a head under a lease that has not expired.  A head then
         claimable wakes a waiting claim on any machine."""
         group_id = check_id(group_id, "group_id")
-        return bool(self._scalar("retry", _Q["retry"], (self._queue, group_id, _NOW)))
+        done = bool(self._scalar("retry", _Q["retry"], (self._queue, group_id, _NOW)))
+        if not done:
+            self._check_queue()
+        return done
 
     def peek(self, group_id: str, max_count: int = 1) -> List[Message]:
         """The group's oldest ``max_count`` messages, head first, whatever their
@@ -909,6 +1145,8 @@ class PostgresTransport:
         if max_count == 0:
             return []
         rows = self._execute("peek", _Q["peek"], (min(max_count, 2**63 - 1), self._queue, group_id))
+        if not rows:
+            self._check_queue()
         out = []
         for seq, payload, attempt, due_at, key in rows:
             event = decode_or_undecodable(self._loads, bytes(payload))
@@ -917,13 +1155,15 @@ class PostgresTransport:
 
     # ------------------------------------------------------------ batches
 
-    def publish_many(self, items: Iterable[Any], *, delay: float = 0.0) -> List[int]:
+    def publish_many(self, items: Iterable[Any], *, delay: float = 0.0, conn: Any = None) -> List[int]:
         """Publish every item (``(group_id, event[, priority[, key]])``) in one
         transaction, each with ``delay``; every item is validated and
         serialized first.  An item whose key is held (or repeats an earlier
-        item's in its group) publishes nothing and gets the holder's seq."""
+        item's in its group) publishes nothing and gets the holder's seq.
+        ``conn``: in the application's transaction, as ``publish``'s."""
         checked = [check_keyed_item(item) for item in list(items)]
         delay = check_duration(delay, "delay")
+        conn = check_conn(conn, "publish_many")
         groups = [group_id for group_id, _event, _priority, _key in checked]
         payloads = [serialize_bytes(self._dumps, event) for _group_id, event, _priority, _key in checked]
         priorities = [priority for _group_id, _event, priority, _key in checked]
@@ -933,14 +1173,14 @@ class PostgresTransport:
             return []
         keyed = any(key is not None for key in keys)
         if delay == 0.0 and not keyed:  # Part 2's batch: its own function, no clock
-            rows = self._execute(
-                "publish_many", _Q["publish_many"], (self._queue, self._seq_oid, groups, payloads, priorities)
+            rows = self._run(
+                "publish_many", _Q["publish_many"], (self._queue, self._seq_oid, groups, payloads, priorities), conn
             )
             return [int(r[0]) for r in rows]
         now = _NOW if delay > 0.0 or (keyed and self._window > 0.0) else None
-        rows = self._execute("publish_many", _Q["publish_many_ext"], (
+        rows = self._run("publish_many", _Q["publish_many_ext"], (
             self._queue, self._seq_oid, groups, payloads, priorities, keys, delay, self._window, now,
-            self._clock is None))
+            self._clock is None), conn)
         if delay > 0.0:
             self._locked(delay)
         return [int(r[0]) for r in rows]
@@ -955,7 +1195,10 @@ class PostgresTransport:
         rows = self._execute(
             "claim_many", _Q_CLAIM, (self._queue, worker_id, visibility, min_priority, _NOW, count, False, None)
         )
-        return self._leases(rows, worker_id, visibility)
+        leases = self._leases(rows, worker_id, visibility)
+        if not leases:
+            self._check_queue()
+        return leases
 
     def ack_and_claim(self, lease: Any, worker_id: str, visibility: float, min_priority: int = 0) -> Any:
         """``ack(lease)``, then ``claim(worker_id, visibility, min_priority)``:
@@ -979,15 +1222,17 @@ class PostgresTransport:
             (self._queue, *_delivery(key, lease), worker_id, visibility, min_priority, _NOW),
         )
         if not rows:
-            raise lost(lease)
+            raise self._lost(lease)
         leases = self._leases(rows, worker_id, visibility)
         return leases[0] if leases else None
 
-    def ack_many(self, leases: Iterable[Any]) -> List[Any]:
-        """Ack each current lease, in order, in one transaction; return the others."""
+    def ack_many(self, leases: Iterable[Any], *, conn: Any = None) -> List[Any]:
+        """Ack each current lease, in order, in one transaction; return the others.
+        ``conn``: in the application's transaction, as ``ack``'s."""
         leases = list(leases)
         for lease in leases:
             check_lease(lease)
+        conn = check_conn(conn, "ack_many")
         self._check_open("ack_many")
         lost_at = []  # positions in ``leases`` of the leases that were not current
         keyed: List[Tuple[int, Tuple[str, int, int, str]]] = []  # (position, key) of the others, in order
@@ -999,7 +1244,7 @@ class PostgresTransport:
                 keyed.append((pos, key))
         deliveries = [lease_delivery(leases[pos]) for pos, _key in keyed]
         if keyed:
-            rows = self._execute(
+            rows = self._run(
                 "ack_many",
                 _Q["ack_many"],
                 (
@@ -1010,8 +1255,11 @@ class PostgresTransport:
                     [worker_id for _, (_g, _a, _s, worker_id) in keyed],
                     deliveries,
                 ),
+                conn,
             )
             lost_at.extend(keyed[int(r[0]) - 1][0] for r in rows)
+        if lost_at:
+            self._check_queue()
         return [leases[pos] for pos in sorted(lost_at)]
 
 
@@ -1040,6 +1288,26 @@ def _info(row: Tuple[Any, ...]) -> GroupInfo:
         None,
         None if due is None else float(due),
     )
+
+
+_NO_NAME: Any = object()
+
+
+def _admin(conninfo: str, name: Any, what: str, act: Callable[[Any, Any], Any]) -> Any:
+    """Run ``act(conn, name)`` in one transaction on a connection of its own,
+    once the schema is known to be there and current (``name``, unless
+    ``_NO_NAME``, checked first)."""
+    if not isinstance(conninfo, str):
+        raise TypeError(f"conninfo must be a str, not {type(conninfo).__name__}")
+    if name is not _NO_NAME:
+        name = _queues.check_queue_name(name, "name")
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            PostgresTransport._check_schema(conn)
+            with conn.transaction():
+                return act(conn, name)
+    except psycopg.Error as exc:
+        raise _error(exc, f"PostgresTransport.{what}") from exc
 
 
 def _upgrade(conn: Any, version: int) -> None:

@@ -102,6 +102,8 @@ class WaitRoom:
         #: waiting claims asleep now (signed up), and since when none is
         self.sleepers = 0
         self.idle_since = time.monotonic()
+        #: drop_queue announced the queue's end: a look that finds nothing checks it
+        self.dropped = False
 
     # ---------------------------------------------------------- sign-up
 
@@ -377,6 +379,10 @@ class Listener:
                         break
                     if note.payload == "stop":
                         continue  # a listener of this queue (maybe elsewhere) stops
+                    if note.payload == "dropped":  # drop_queue: waiting claims look (and find it gone)
+                        room.dropped = True
+                        room.wake_all()
+                        continue
                     priority = parse_payload(note.payload)
                     if priority is None:
                         room.wake_first()
