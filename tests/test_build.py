@@ -98,9 +98,15 @@ def copy_source_tree(dest: Path) -> None:
     A private copy keeps the test from writing ``build/``, ``*.egg-info`` or the
     generated C file into a working tree that other builds may be using.
     """
-    ignore = shutil.ignore_patterns(
-        "*.so", "*.pyd", "*.c", "*.html", "__pycache__", "*.egg-info", "build", "dist", ".*"
-    )
+    products = shutil.ignore_patterns("*.so", "*.pyd", "*.c", "__pycache__", "*.egg-info", "build", "dist", ".*")
+
+    def ignore(folder: str, names: List[str]) -> "set[str]":
+        # Cython's annotated *.html are build products; the dashboard's templates are sources.
+        skipped = set(products(folder, names))
+        if Path(folder).name != "templates":
+            skipped.update(n for n in names if n.endswith(".html"))
+        return skipped
+
     dest.mkdir(parents=True)
     for item in ROOT.iterdir():
         if item.is_file() and item.name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
@@ -252,4 +258,7 @@ def test_no_extensions_builds_a_pure_wheel(build_venv: BuildVenv) -> None:
         names = zf.namelist()
     assert "leasequeue/py.typed" in names
     assert "leasequeue/_backends/inmemory/transport_py.py" in names
+    # The dashboard's templates and static files are package data (tests/dashboard).
+    for name in ("templates/base.html", "templates/group.html", "static/dashboard.js", "static/dashboard.css"):
+        assert f"leasequeue/dashboard/{name}" in names, name
     assert not [n for n in names if n.endswith((".so", ".pyd", ".dylib"))], names

@@ -1,7 +1,8 @@
-"""Command line: ``leasequeue bench|worker|queue|info`` (also ``python -m leasequeue``).
+"""Command line: ``leasequeue bench|worker|queue|dashboard|info`` (also ``python -m leasequeue``).
 
 ``leasequeue worker MODULE:OBJECT`` runs a worker on a durable queue and
 ``leasequeue queue`` operates one (``leasequeue._cli``, ``leasequeue._cli_worker``);
+``leasequeue dashboard`` serves a web dashboard of one (``leasequeue._cli_dashboard``);
 their errors, bad arguments included, are one line on stderr.
 
 ``leasequeue bench`` runs the side-by-side benchmarks (quick mode by
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("info", help="print the version and which implementation is active")
     add_parsers(sub)
+    from ._cli_dashboard import add_parser as add_dashboard_parser
+
+    add_dashboard_parser(sub)
 
     b = sub.add_parser(
         "bench",
@@ -266,6 +270,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from ._cli import main_queue
 
         return main_queue(args)
+    if args.command == "dashboard":
+        from ._cli_dashboard import main_dashboard
+
+        return main_dashboard(args)
     if args.command == "info":
         print(_version_string())
         return 0
