@@ -89,7 +89,7 @@ python_use_unqualified_type_names = True
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(typing|typing_extensions|collections|collections\.abc|os|pathlib|asyncio|threading|types|"
-               r"sqlite3|psycopg|argparse|random|_thread|concurrent\.futures)(\.\w+)+"),
+               r"sqlite3|psycopg|argparse|random|_thread|concurrent\.futures|logging)(\.\w+)+"),
     (r"py:.*", r"(Path|PathLike|Callable|Awaitable|Coroutine|Iterable|Iterator|Sequence|Mapping|Hashable|"
                r"Random|TracebackType|Self|Literal|Protocol|NamedTuple|Event|Lock|RLock|Connection|"
                r"AbstractEventLoop|Future|ellipsis|EllipsisType|NoneType)"),
@@ -108,6 +108,7 @@ nitpick_ignore = [
     ("py:class", "leasequeue.testing._harness.Harness"),  # what replay() returns
     ("py:class", "leasequeue.testing._generator.Capabilities"),  # DifferentialSummary.capabilities
     ("py:class", "Capabilities"),  # the same, as the NamedTuple field annotation names it
+    ("py:class", "Hook"),  # the worker's hook type, Callable[[Job, Optional[BaseException]], Any]
 ]
 
 # --- HTML

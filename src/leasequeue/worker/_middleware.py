@@ -40,7 +40,7 @@ class Middleware:
       (``await call_next(job)``).
     - ``on_outcome(job, outcome, error)``: every outcome of every job
       (``started``, ``succeeded``, ``retried``, ``buried``, ``skipped``,
-      ``lost``, ``handed_back``: an :class:`Outcome`, a ``str``), on the
+      ``lost``, ``handed_back``: an :class:`~leasequeue.worker.Outcome`, a ``str``), on the
       thread or loop that reached it; ``error`` as for hooks.  An exception
       here is logged and ignored.
     - ``on_start(worker)`` / ``on_stop(worker)``: when ``run()``/``arun()``

@@ -1,7 +1,7 @@
 """The retry policy and the decision it makes.
 
 :class:`Retry` is the policy (attempts, backoff, which errors, what happens
-when exhausted); :class:`RetryLater` and :class:`CrashLoop` are the errors
+when exhausted); :class:`~leasequeue.RetryLater` and :class:`~leasequeue.worker.CrashLoop` are the errors
 that steer it.  :func:`decide` turns a finished run of a handler into a
 :class:`Decision` (what to tell the transport), and :func:`crash_loop` the
 claim of a message beyond its budget: pure functions of the policy, the
@@ -238,7 +238,7 @@ def decide(policy: Retry, job: "Job", error: Optional[BaseException],
     (``None``: it returned).
 
     - returned: ``ACK``;
-    - :class:`RetryLater`: ``DEFER`` after its delay (not a failure);
+    - :class:`~leasequeue.RetryLater`: ``DEFER`` after its delay (not a failure);
     - retryable and ``attempt < max_attempts``: ``RETRY`` after ``policy.delay(attempt)``;
     - otherwise the exhausted action: ``BURY`` (the reason names the error
       and the attempt), ``SKIP``, or what the exhausted callable returns
