@@ -41,7 +41,7 @@ from ._errors import LeaseLost, LeaseQueueError, QueueNotFound
 from ._protocol import BatchTransport, ControlPlane, CoreTransport, LeaseLike, Quarantine, Transport, WaitingTransport
 from ._types import GroupInfo, Message, TransportStats
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 __all__ = [
     "IMPLEMENTATION",
