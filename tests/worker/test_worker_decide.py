@@ -119,3 +119,72 @@ def test_a_decision_is_frozen_and_outcomes_are_strings() -> None:
     assert Outcome.SUCCEEDED == "succeeded" and str(Outcome.HANDED_BACK) == "handed_back"
     assert [o.value for o in Outcome] == ["started", "succeeded", "retried", "buried", "skipped", "lost",
                                           "handed_back"]
+
+
+# --------------------------------------------------- the policy's own rules
+# (what the mutation run of worker/_retry.py found untested by decide() alone)
+
+
+def test_retry_defaults_are_the_documented_ones() -> None:
+    r = Retry()
+    assert (r.max_attempts, r.backoff, r.factor, r.max_delay, r.jitter, r.exhausted, r.dead_letter) == (
+        5, 1.0, 2.0, 300.0, 0.1, "bury", None)
+
+
+@pytest.mark.parametrize("kw, error", [
+    ({"max_attempts": 0}, ValueError),
+    ({"factor": 0.999}, ValueError),
+    ({"jitter": 1.0001}, ValueError),
+    ({"exhausted": "drop"}, ValueError),
+    ({"exhausted": "skip", "dead_letter": 3}, TypeError),
+    ({"exhausted": "bury", "dead_letter": print}, ValueError),
+])
+def test_bad_policies_are_refused(kw: Any, error: type) -> None:
+    with pytest.raises(error):
+        Retry(**kw)
+
+
+def test_the_boundaries_of_the_policy_are_accepted() -> None:
+    r = Retry(max_attempts=1, factor=1.0, jitter=1.0)
+    assert (r.max_attempts, r.factor, r.jitter) == (1, 1.0, 1.0)
+
+
+def test_skip_without_a_dead_letter_warns_and_with_one_does_not(recwarn: Any) -> None:
+    with pytest.warns(UserWarning, match="dead_letter"):
+        Retry(exhausted="skip")
+    recwarn.clear()
+    Retry(exhausted="skip", dead_letter=lambda job, error: None)
+    Retry(exhausted="bury")
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
+
+
+def test_the_jitter_stays_within_its_bounds_and_varies() -> None:
+    r = Retry(backoff=10.0, factor=1.0, max_delay=100.0, jitter=0.5)
+    delays = [r.delay(1) for _ in range(400)]
+    assert all(5.0 <= d <= 15.0 for d in delays), (min(delays), max(delays))
+    assert min(delays) < 7.0 and max(delays) > 13.0  # both sides of the base are used
+    assert Retry(backoff=10.0, factor=1.0, jitter=0.0).delay(1) == 10.0
+
+
+def test_the_delay_counts_from_the_first_attempt_and_is_capped() -> None:
+    r = Retry(backoff=2.0, factor=3.0, max_delay=50.0, jitter=0.0)
+    assert [r.delay(n) for n in (0, 1, 2, 3, 4, 400)] == [2.0, 2.0, 6.0, 18.0, 50.0, 50.0]
+
+
+def test_a_reason_of_exactly_the_bound_is_kept_whole() -> None:
+    from leasequeue.worker._retry import bounded
+
+    assert bounded("x" * MAX_REASON) == "x" * MAX_REASON
+    assert bounded("x" * (MAX_REASON + 1)) == "x" * (MAX_REASON - 1) + "…"
+
+
+def test_retry_later_says_its_delay_and_reason() -> None:
+    assert str(RetryLater(2.5)) == "retry in 2.5 s"
+    assert str(RetryLater(3, "the payment is pending")) == "retry in 3 s: the payment is pending"
+    with pytest.raises(ValueError):
+        RetryLater(-1.0)
+
+
+def test_an_exhausted_callable_returning_zero_retries_at_once() -> None:
+    p = policy(max_attempts=1, exhausted=lambda job, error: 0)
+    assert decide(p, FakeJob(1), ValueError("x")) == Decision(Action.RETRY, delay=0.0)
