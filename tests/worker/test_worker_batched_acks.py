@@ -112,7 +112,7 @@ def test_a_buffered_ack_is_flushed_at_stop_and_its_lease_kept_alive(durable: Any
     t = durable.make()
     t.publish("g0", "a")
     w = Worker(t, lambda job: None, concurrency=2, visibility=2.0)
-    buffer = AckBuffer(w, lambda: None)
+    buffer = AckBuffer(w)
     lease = t.claim("me", 2.0)
     job = Job(w, lease)
     buffer.add(job)
@@ -135,7 +135,7 @@ def test_a_refused_buffered_ack_is_lost(durable: Any) -> None:
     w = Worker(t, lambda job: None, concurrency=2, visibility=30.0)
     lost: List[Any] = []
     w.on("lost", lambda job, error: lost.append((job.group_id, type(error).__name__)))
-    buffer = AckBuffer(w, lambda: None)
+    buffer = AckBuffer(w)
     first, second = t.claim("me", 30.0), t.claim("me", 30.0)
     t.release(second)  # no longer current
     buffer.add(Job(w, first))

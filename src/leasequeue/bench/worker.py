@@ -379,7 +379,7 @@ def _pg_publisher(system: str, conninfo: str, queue: str) -> Tuple[Callable[[Lis
         from leasequeue import PostgresTransport
 
         PostgresTransport.create_queue(conninfo, queue)  # only made queues open
-    t = PostgresTransport(conninfo, queue=queue)
+        t = PostgresTransport(conninfo, queue=queue)
 
         def publish(items: List[Tuple[str, float]]) -> None:
             for start in range(0, len(items), 500):

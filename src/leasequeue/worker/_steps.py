@@ -31,33 +31,17 @@ STOP = object()
 
 
 async def wait_claim(worker: "Worker", loop: asyncio.AbstractEventLoop,
-                     claim_task: List[Optional["asyncio.Task[Any]"]], rewait: float,
-                     interrupt: Optional[asyncio.Event] = None) -> Any:
+                     claim_task: List[Optional["asyncio.Task[Any]"]], rewait: float) -> Any:
     """One waiting claim of a runner's claim loop: the lease; ``None`` to
     claim again (nothing came; a poison message buried; a failed claim
     after a pause of 1 s; or the transport closed: then the worker stops);
     or ``STOP`` to leave the loop (cancelled by ``stop()``, or a failure once
     the transport is closed).  ``claim_task[0]`` is the claim while it
-    waits, so that ``stop()`` can cancel it.  ``interrupt``: an event that,
-    once set, ends the wait early with ``None`` (the claim is cancelled,
-    which leaves nothing leased; a lease it got meanwhile is returned)."""
+    waits, so that ``stop()`` can cancel it."""
     t = worker.transport
     task = loop.create_task(t.aclaim(worker.worker_id, worker.visibility, worker.min_priority, timeout=rewait))
     claim_task[0] = task
     try:
-        if interrupt is not None:
-            waiter = loop.create_task(interrupt.wait())
-            try:
-                await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if not task.done():
-                task.cancel()
-                try:
-                    lease = await task
-                except asyncio.CancelledError:
-                    return None
-                return lease
         lease = await task
     except asyncio.CancelledError:
         if worker.stopping:

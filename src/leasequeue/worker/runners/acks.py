@@ -1,32 +1,33 @@
 """The thread runner's ack buffer (a durable transport with ``ack_many``
 and ``claim_many``, several slots): a slot whose handler returned leaves
-its job here and goes idle; the runner's loop acks everything left here
-with one ``ack_many`` (one commit) before it claims for the idle slots with
-one ``claim_many``.
+its job here and goes idle at once; a flusher thread acks everything left
+here with one ``ack_many`` (one commit), while the runner's loop claims for
+the idle slots with one ``claim_many``: the two commits overlap (the
+server flushes its log once for both, group commit), where slots calling
+``ack_and_claim`` each commit once per job.
 
-How long an ack waits: the loop acks the buffer as soon as it is woken (the
-first job left in an empty buffer wakes it), so an ack waits at most for the
-transport call the loop is in (a flush or a claim that does not wait: one
-round trip); while the loop waits for messages, an ack interrupts that wait.
-Jobs finishing during one flush go together into the next: the busier the
-worker, the bigger the batches, with no timer.
+How long an ack waits: the flusher acks the buffer as soon as a job is
+left in it; jobs finishing during one flush go together into the next (the
+busier the worker, the bigger the batches, no timer), so an ack waits at
+most for the flush in progress (one round trip and its commit).
 
 What a buffered job keeps: its lease, extended by the heartbeat like a
 running job's (it is in ``Heartbeat.held``, unfinished until its ack is
-sent); an ack refused (``LeaseLost``: the lease ran out, or the group was
-purged meanwhile) makes it ``lost``, as a single ack would; a failed
-``ack_many`` (the database is down) makes every job in it lost (their
-leases will expire).  At shutdown the runner acks the buffer after the last
-slot has finished, before ``run()`` returns.
+sent); its group stays leased until then, so no claim takes its next
+message early (group order, one job per group in flight).  An ack refused
+(``LeaseLost``: the lease ran out, or the group was purged meanwhile)
+makes the job ``lost``, as a single ack would; a failed ``ack_many`` (the
+database is down) makes every job in it lost (their leases will expire).
+At shutdown the runner stops the flusher after the last slot has finished;
+the flusher's last flush is before ``run()`` returns.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from ..._errors import LeaseLost
-from ..._serializers import EventDecodeError
 from .._job import Job
 
 if TYPE_CHECKING:
@@ -49,13 +50,14 @@ class AckBuffer:
     """Jobs whose handler returned, waiting for their ack (slots add, the
     runner's loop takes)."""
 
-    __slots__ = ("worker", "_jobs", "_lock", "_notify")
+    __slots__ = ("worker", "_jobs", "_lock", "_ready", "_closing")
 
-    def __init__(self, worker: "Worker", notify: Callable[[], None]) -> None:
+    def __init__(self, worker: "Worker") -> None:
         self.worker = worker
         self._jobs: List[Job] = []
         self._lock = threading.Lock()
-        self._notify = notify  # wakes the runner's loop (thread-safe)
+        self._ready = threading.Condition(self._lock)
+        self._closing = False
 
     @property
     def pending(self) -> int:
@@ -66,9 +68,27 @@ class AckBuffer:
         self.worker.heartbeat.held.add(job)  # extended until its ack is sent
         with self._lock:
             self._jobs.append(job)
-            first = len(self._jobs) == 1
-        if first:
-            self._notify()
+            if len(self._jobs) == 1:
+                self._ready.notify()
+
+    def run_thread(self) -> None:
+        """The flusher: ack what is buffered, as soon as it is, until
+        ``close()``; then a last flush."""
+        while True:
+            with self._lock:
+                while not self._jobs and not self._closing:
+                    self._ready.wait()
+                closing = self._closing
+            self.flush()
+            if closing:
+                self.flush()  # anything left between the take and the close
+                return
+
+    def close(self) -> None:
+        """Flush what is left and end the flusher (after the last slot finished)."""
+        with self._lock:
+            self._closing = True
+            self._ready.notify()
 
     def take(self) -> List[Job]:
         with self._lock:
@@ -107,27 +127,3 @@ class AckBuffer:
             else:
                 done.append(job)
         rec.succeeded(done)
-
-    def ack_and_claim(self, job: Job, wid: str) -> Any:
-        """One buffered job and one idle slot: ack it and claim the next in
-        one call (one commit), as the one-slot path does.  The new lease,
-        or ``None``."""
-        w = self.worker
-        rec = w._recorder
-        w.heartbeat.held.discard(job)
-        ack_and_claim = w._ack_and_claim
-        assert ack_and_claim is not None
-        try:
-            following = ack_and_claim(job.lease, wid, w.visibility, w.min_priority)
-        except EventDecodeError as exc:
-            # The ack stood; the claimed message does not decode: bury its group.
-            rec.succeeded([job])
-            rec.undecodable(exc)
-            return None
-        except Exception as exc:
-            if not job.lost:
-                rec.failed(job, exc)  # LeaseLost: nothing acked, nothing claimed
-            return None
-        if not job.lost:
-            rec.succeeded([job])
-        return following

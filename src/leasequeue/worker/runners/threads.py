@@ -11,9 +11,9 @@ lease.
 
 With several slots on a durable transport (``ack_many`` and ``claim_many``;
 :mod:`.acks`), a slot whose handler returned leaves the ack in a buffer and
-goes idle instead: the loop acks the buffer with one ``ack_many`` and claims
-for every idle slot with one ``claim_many`` (two commits for a batch of jobs
-instead of one per job; one buffered job and one idle slot: ``ack_and_claim``).
+goes idle instead: a flusher thread acks the buffer with one ``ack_many``
+while the loop claims for every idle slot with one ``claim_many`` (two
+overlapping commits for a batch of jobs instead of one per job).
 """
 
 from __future__ import annotations
@@ -339,8 +339,10 @@ class ThreadRunner:
                 task.cancel()
 
         w._loop, w._wake = loop, wake
+        flusher: Optional[threading.Thread] = None
         if batches_acks(w):
-            self.acks = AckBuffer(w, state._notify)
+            self.acks = AckBuffer(w)
+            flusher = threading.Thread(target=self.acks.run_thread, name=f"{w.name}-acks", daemon=True)
         installed = install_signals(w, loop)
         hb_done = threading.Event()
         hb = threading.Thread(target=w.heartbeat.run_thread, args=(hb_done,), name=f"{w.name}-heartbeat",
@@ -349,6 +351,8 @@ class ThreadRunner:
                  for i in range(n)]
         w.logger.info("worker %s started: %d threads, visibility %gs, %r", w.worker_id, n, w.visibility, w.retry)
         hb.start()
+        if flusher is not None:
+            flusher.start()
         for th in slots:
             th.start()
         try:
@@ -390,8 +394,10 @@ class ThreadRunner:
             for _ in range(n):
                 inbox.put(None)
             await self._drain(loop, state, wakeup)
-            if self.acks is not None and not w._forced:
-                self.acks.flush()  # a drained job's ack is sent before run() returns
+            if self.acks is not None and flusher is not None:
+                self.acks.close()  # a drained job's ack is sent before run() returns
+                if not w._forced:
+                    await loop.run_in_executor(None, flusher.join)
             if not w._forced:
                 while True:
                     try:
@@ -407,36 +413,19 @@ class ThreadRunner:
 
     async def _batched(self, loop: asyncio.AbstractEventLoop, state: _SlotState, inbox: "_queue.SimpleQueue[Any]",
                        wakeup: asyncio.Event, claim_task: List[Optional["asyncio.Task[Any]"]], rewait: float) -> None:
-        """The claim loop with batched acks, until the worker stops: ack
-        what the slots left in the buffer, then claim for the idle slots
-        (one ``claim_many``; when it finds nothing, a waiting claim that an
-        ack left in the buffer interrupts)."""
+        """The claim loop with batched acks (the flusher sends them), until
+        the worker stops: claim for the idle slots with one ``claim_many``;
+        when it finds nothing, one waiting claim."""
         w = self.worker
         t = w.transport
         rec = w._recorder
-        acks = self.acks
-        assert acks is not None
         vis, floor, wid = w.visibility, w.min_priority, w.worker_id
         claim_many = t.claim_many
-        aac = w._ack_and_claim
         while not w._stopping:
             idle = state.idle
-            if acks.pending:
-                jobs = acks.take()
-                if len(jobs) == 1 and idle == 1 and aac is not None:
-                    lease = acks.ack_and_claim(jobs[0], wid)  # one commit: the ack and the next claim
-                    if lease is not None:
-                        if w._stopping:
-                            rec.handback(lease)
-                            break
-                        state.take()
-                        inbox.put(lease)
-                        continue
-                else:
-                    acks.flush(jobs)
             if idle == 0:
                 wakeup.clear()
-                if state.idle == 0 and not acks.pending and not w._stopping:
+                if state.idle == 0 and not w._stopping:
                     await wakeup.wait()
                 continue
             try:
@@ -461,11 +450,8 @@ class ThreadRunner:
                     state.take()
                     inbox.put(lease)
                 continue
-            # Nothing to claim: wait for a message, or for an ack to send.
-            wakeup.clear()
-            if acks.pending or w._stopping:
-                continue
-            lease = await _steps.wait_claim(w, loop, claim_task, rewait, wakeup)
+            # Nothing to claim: wait for a message.
+            lease = await _steps.wait_claim(w, loop, claim_task, rewait)
             if lease is _steps.STOP:
                 break
             if lease is None:
