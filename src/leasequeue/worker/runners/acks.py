@@ -79,7 +79,10 @@ class AckBuffer:
                 while not self._jobs and not self._closing:
                     self._ready.wait()
                 closing = self._closing
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # pragma: no cover - flush records the transport's errors itself
+                self.worker.logger.exception("acking the buffered jobs failed")
             if closing:
                 self.flush()  # anything left between the take and the close
                 return
