@@ -129,7 +129,7 @@ def _pgqueuer_cycle(conninfo: str, queue: str, wid: int, batch: int, start: Any,
 
     async def run() -> int:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-        q = Queries.from_psycopg_connection(conn)
+        q: Any = Queries.from_psycopg_connection(conn)  # its id and entrypoint types vary by release
         manager_id = uuid.uuid4()
         entry = {queue: EntrypointExecutionParameter(concurrency_limit=0)}
         n = 0
