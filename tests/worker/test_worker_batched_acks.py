@@ -171,3 +171,24 @@ def test_a_handler_that_loses_its_lease_is_lost_not_acked(durable: Any, start: A
     assert w.counts["succeeded"] == 6 and w.counts["lost"] == 1
     assert [e for e, _ in done if e[0] == "g1"] == [("g1", 0), ("g1", 0), ("g1", 1)]
     assert len(t) == 0
+
+
+def test_the_flusher_acks_what_is_left_when_closed(durable: Any) -> None:
+    """The flusher thread acks what is buffered; close() ends it after a
+    last flush, so a job buffered just before the close is acked too."""
+    t = durable.make()
+    for g in range(3):
+        t.publish(f"g{g}", g)
+    w = Worker(t, lambda job: None, concurrency=2, visibility=30.0)
+    buffer = AckBuffer(w)
+    flusher = threading.Thread(target=buffer.run_thread)
+    flusher.start()
+    buffer.add(Job(w, t.claim("me", 30.0)))
+    buffer.add(Job(w, t.claim("me", 30.0)))
+    buffer.close()
+    buffer.add(Job(w, t.claim("me", 30.0)))  # after close(), before the flusher's last flush ends
+    flusher.join(30)
+    assert not flusher.is_alive()
+    buffer.flush()  # what the runner's close leaves: nothing, or this last one
+    assert w.counts["succeeded"] == 3 and len(t) == 0 and t.stats().leased == 0
+    assert not w.heartbeat.held
