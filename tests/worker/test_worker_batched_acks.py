@@ -192,3 +192,44 @@ def test_the_flusher_acks_what_is_left_when_closed(durable: Any) -> None:
     buffer.flush()  # what the runner's close leaves: nothing, or this last one
     assert w.counts["succeeded"] == 3 and len(t) == 0 and t.stats().leased == 0
     assert not w.heartbeat.held
+
+
+class SlowAcks(Counting):
+    """The first ack_many waits for ``go`` (a slow database), the others pass."""
+
+    def __init__(self, t: Any) -> None:
+        super().__init__(t)
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def ack_many(self, leases: Any, **kw: Any) -> Any:
+        leases = list(leases)
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.go.wait(30)
+        return self._t.ack_many(leases, **kw)
+
+
+def test_acks_buffered_at_stop_are_sent_before_run_returns(durable: Any) -> None:
+    """A flush is slow; jobs finish meanwhile and wait in the buffer; stop()
+    comes: run() returns only once the slow flush and the buffered acks
+    are done, and nothing is left leased."""
+    t = durable.make()
+    publish(t, 6, 1)
+    slow = SlowAcks(t)
+    finished: List[Any] = []
+    w = Worker(slow, lambda job: finished.append(job.event), concurrency=3, visibility=30.0, signals=False)
+    th = threading.Thread(target=w.run)
+    th.start()
+    assert slow.entered.wait(30)  # the first flush is under way (and stuck)
+    deadline = time.monotonic() + 30
+    while len(finished) < 6 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert len(finished) == 6  # every job ran; the later ones' acks wait in the buffer
+    w.stop()
+    time.sleep(0.05)
+    assert th.is_alive()  # run() waits for the acks
+    slow.go.set()
+    th.join(30)
+    assert not th.is_alive()
+    assert w.counts["succeeded"] == 6 and len(t) == 0 and t.stats().leased == 0
