@@ -129,7 +129,7 @@ def _pgqueuer_cycle(conninfo: str, queue: str, wid: int, batch: int, start: Any,
 
     async def run() -> int:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
-        q = Queries.from_psycopg_connection(conn)
+        q: Any = Queries.from_psycopg_connection(conn)  # its id and entrypoint types vary by release
         manager_id = uuid.uuid4()
         entry = {queue: EntrypointExecutionParameter(concurrency_limit=0)}
         n = 0
@@ -168,14 +168,16 @@ MISSING: Dict[str, str] = {}
 # of its last job done); the rate is all jobs over start -> the last one.
 
 #: The consume-only variants, in the order they run at each point.
-CONSUME_VARIANTS = ("leasequeue", "leasequeue-aac", "leasequeue-batch", "pgqueuer", "pgqueuer-batch", "pgqueuer-1",
-                    "procrastinate")
+CONSUME_VARIANTS = ("leasequeue", "leasequeue-aac", "leasequeue-worker", "leasequeue-worker4", "leasequeue-batch",
+                    "pgqueuer", "pgqueuer-batch", "pgqueuer-1", "procrastinate")
 #: Variants that empty a smaller queue (``--slow-jobs``): they run at tens of jobs/s here.
 SLOW_VARIANTS = ("pgqueuer-1", "procrastinate")
 #: What each variant is, for the report.
 CONSUME_LABELS = {
     "leasequeue": "leasequeue claim(timeout=0.2) / ack",
     "leasequeue-aac": "leasequeue ack_and_claim (claim(timeout=0.2) when it finds nothing)",
+    "leasequeue-worker": "leasequeue Worker, 1 slot per process (as `leasequeue worker`)",
+    "leasequeue-worker4": "leasequeue Worker, 4 slots per process (`--concurrency 4`)",
     "leasequeue-batch": "leasequeue claim_many / ack_many (k)",
     "pgqueuer": "PGQueuer QueueManager, defaults (batch_size=10)",
     "pgqueuer-batch": "PGQueuer QueueManager, batch_size=k",
@@ -188,6 +190,10 @@ def _consume_batch(variant: str, batch: int) -> int:
     """The batch size a variant runs with (PGQueuer's QueueManager default is 10)."""
     if variant in ("leasequeue", "leasequeue-aac"):
         return 1
+    if variant == "leasequeue-worker":
+        return 1  # Worker(concurrency=1)
+    if variant == "leasequeue-worker4":
+        return 4  # Worker(concurrency=4)
     if variant == "pgqueuer":
         return 10
     if variant == "pgqueuer-1":
@@ -254,6 +260,43 @@ def _lq_consume_aac(conninfo: str, queue: str, wid: int, batch: int, start: Any,
     out.put((n, last, cpu))
 
 
+def _lq_consume_worker(conninfo: str, queue: str, wid: int, concurrency: int, start: Any, out: Any,
+                       done_by: Any = None, jobs: int = 0) -> None:
+    """The project's ``Worker`` (what ``leasequeue worker`` runs), with
+    ``concurrency`` slots and every other option at its default, around a
+    no-op handler.  It stops once every process's succeeded jobs add up to
+    ``jobs`` (each process writes its own count into ``done_by``, read every
+    2 ms by a watcher thread): the last job is done when its ack is."""
+    import threading
+
+    from leasequeue import Worker
+
+    t = _open(conninfo, queue)
+    w = Worker(t, lambda job: None, concurrency=concurrency, worker_id=f"w{wid}", signals=False)
+    finished = [0.0]
+
+    def watch() -> None:
+        while True:
+            done_by[wid] = w.counts["succeeded"]
+            if sum(done_by[:]) >= jobs:
+                finished[0] = time.time()
+                w.stop()
+                return
+            time.sleep(0.002)
+
+    out.put("ready")
+    start.wait()
+    cpu = time.process_time()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    w.run()
+    watcher.join()
+    cpu = time.process_time() - cpu
+    n = w.counts["succeeded"]
+    t.close()
+    out.put((n, finished[0], cpu))
+
+
 def _pgqueuer_consume(conninfo: str, queue: str, wid: int, batch: int, start: Any, out: Any) -> None:
     """PGQueuer's own worker, ``QueueManager.run`` in drain mode (it returns
     once the queue is empty), with ``batch_size=batch`` and every other
@@ -312,6 +355,8 @@ def _procrastinate_consume(conninfo: str, queue: str, wid: int, batch: int, star
 CONSUMERS: Dict[str, Callable[..., None]] = {
     "leasequeue": _lq_consume,
     "leasequeue-aac": _lq_consume_aac,
+    "leasequeue-worker": _lq_consume_worker,
+    "leasequeue-worker4": _lq_consume_worker,
     "pgqueuer": _pgqueuer_consume,
     "procrastinate": _procrastinate_consume,
 }
@@ -388,7 +433,10 @@ def run_consume(variant: str, conninfo: str, workers: int, jobs: int, groups: in
     start = ctx.Event()
     out = ctx.Queue()
     consumer = CONSUMERS.get(variant, CONSUMERS[system])
-    procs = [ctx.Process(target=consumer, args=(conninfo, queue, w, size, start, out))
+    extra: Tuple[Any, ...] = ()
+    if consumer is _lq_consume_worker:
+        extra = (ctx.Array("q", workers, lock=False), jobs)
+    procs = [ctx.Process(target=consumer, args=(conninfo, queue, w, size, start, out) + extra)
              for w in range(workers)]
     for p in procs:
         p.start()
@@ -713,13 +761,17 @@ def consume_markdown(res: Dict[str, Any]) -> List[str]:
     pairs = [("leasequeue", "pgqueuer", "single calls / PGQueuer defaults"),
              ("leasequeue-aac", "pgqueuer", "ack_and_claim / PGQueuer defaults"),
              ("leasequeue-aac", "leasequeue", "ack_and_claim / claim + ack"),
+             ("leasequeue-worker", "pgqueuer", "Worker, 1 slot / PGQueuer defaults"),
+             ("leasequeue-worker4", "pgqueuer", "Worker, 4 slots / PGQueuer defaults"),
+             ("leasequeue-worker4", "pgqueuer-batch", f"Worker, 4 slots / PGQueuer batch_size={k}"),
              ("leasequeue", "pgqueuer-1", "single calls / PGQueuer batch_size=1"),
              ("leasequeue-batch", "pgqueuer", f"claim_many({k}) / PGQueuer defaults"),
              ("leasequeue-batch", "pgqueuer-batch", f"claim_many({k}) / PGQueuer batch_size={k}")]
     for a, b, label in pairs:
         if a in med and b in med:
             lines.append(f"| {label} | " + " | ".join(f"{get(a, w) / get(b, w):.2f}x" for w in workers) + " |")
-    for v, label in (("leasequeue", "single calls"), ("leasequeue-aac", "ack_and_claim")):
+    for v, label in (("leasequeue", "single calls"), ("leasequeue-aac", "ack_and_claim"),
+                     ("leasequeue-worker", "Worker, 1 slot")):
         if v in med and workers[0] == 1:
             lines.append(f"| {label}, W / 1 worker | " + " | ".join(
                 f"{get(v, w) / get(v, 1):.2f}x" for w in workers) + " |")

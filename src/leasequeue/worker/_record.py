@@ -71,6 +71,15 @@ class Recorder:
             except Exception:
                 self.logger.exception("middleware %r raised in on_outcome(%s) (ignored)", m, outcome.value)
 
+    def succeeded(self, jobs: Sequence[Job]) -> None:
+        """``jobs`` were acked together (the thread runner's ack buffer)."""
+        if not self.observers:
+            with self._lock:
+                self.shared[SUCCEEDED] += len(jobs)
+            return
+        for job in jobs:
+            self.emit(Outcome.SUCCEEDED, job, None)
+
     def apply(self, job: Job, decision: Decision, error: Optional[BaseException], slot: int = -1) -> None:
         """Record ``decision`` with the transport."""
         action = decision.action

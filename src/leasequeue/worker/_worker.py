@@ -61,7 +61,9 @@ class Worker:
     ``middleware`` (:class:`~leasequeue.Middleware` instances, the first
     outermost), ``metrics`` (``True`` or a ``prometheus_client`` registry),
     ``batch`` (claim up to that many messages at once when several slots are
-    free; 1 disables), ``signals`` (``None``: on the main thread only;
+    free; with several slots on a durable transport, ``run()`` also acks
+    finished jobs together, with one ``ack_many``, as soon as the last
+    flush returns; 1 disables both), ``signals`` (``None``: on the main thread only;
     ``True`` off the main thread warns at ``run()``: Python cannot install
     them there).
 

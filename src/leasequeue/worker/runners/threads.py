@@ -8,6 +8,12 @@ private asyncio loop in the thread that called ``run()`` (a cancelled
 ``aclaim`` leaves nothing leased, so ``stop()`` takes effect at once) and
 hands what it gets to idle slots.  One heartbeat thread extends every held
 lease.
+
+With several slots on a durable transport (``ack_many`` and ``claim_many``;
+:mod:`.acks`), a slot whose handler returned leaves the ack in a buffer and
+goes idle instead: a flusher thread acks the buffer with one ``ack_many``
+while the loop claims for every idle slot with one ``claim_many`` (two
+overlapping commits for a batch of jobs instead of one per job).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from .._job import REFCOUNT, Job
 from .._lifecycle import install_signals, remove_signals
 from .._record import STARTED, SUCCEEDED
 from .._retry import ACK, RETURN, Action, Decision, Outcome
+from .acks import AckBuffer, batches_acks
 
 if TYPE_CHECKING:
     from .._worker import Worker
@@ -77,6 +84,8 @@ class ThreadRunner:
 
     def __init__(self, worker: "Worker") -> None:
         self.worker = worker
+        #: The ack buffer when acks are batched (set by ``run``), else None.
+        self.acks: Optional[AckBuffer] = None
 
     # ------------------------------------------------------------ one job
 
@@ -150,6 +159,7 @@ class ThreadRunner:
         current = w.heartbeat.current
         # The fast path: no middleware wraps the handler (observers are told).
         plain = not w._wrapping
+        acks = self.acks
         try:
             while True:
                 lease = inbox.get()
@@ -157,6 +167,16 @@ class ThreadRunner:
                     break
                 if w._stopping:
                     rec.handback(lease, index)
+                    continue
+                if acks is not None:
+                    # Batched acks: run it, leave the ack in the buffer, go idle
+                    # (the loop acks and claims for every idle slot at once).
+                    if plain:
+                        self.deferred(lease, index, acks)
+                    else:
+                        self.one(lease, index)
+                    if not w._stopping:
+                        state.idle_one()
                     continue
                 while lease is not None:
                     if plain and ack_and_claim is not None:
@@ -253,6 +273,40 @@ class ThreadRunner:
             current[index] = None
         return self.one(lease, index)
 
+    def deferred(self, lease: Any, index: int, acks: AckBuffer) -> None:
+        """The batched path (no middleware wraps the handler): run one
+        delivery; when the handler returns, its ack goes to ``acks`` (the
+        job stays unfinished, its lease extended, until the ack is sent).
+        Anything else goes to the general path, which records it itself."""
+        w = self.worker
+        rec = w._recorder
+        if lease.attempt > w.retry.max_attempts:
+            self.one(lease, index)  # a crash loop: buried unrun
+            return
+        job = Job(w, lease)
+        current = w.heartbeat.current
+        current[index] = job
+        try:
+            if rec.observers:
+                rec.emit(Outcome.STARTED, job, None, index)
+            else:
+                rec.slot_counts[index][STARTED] += 1
+            try:
+                w._call(job)
+            except BaseException as exc:
+                self.run_job(job, exc, index)
+                return
+            if job.lost:
+                job._finished = True
+                return
+            if job._acked or w._stopping:
+                job._finished = True
+                rec.apply(job, ACK, None, index)  # the handler's own ack, or ack alone at a stop
+                return
+            acks.add(job)  # before it leaves ``current``: never unheld
+        finally:
+            current[index] = None
+
     def one(self, lease: Any, index: int) -> Any:
         """One delivery by the general path (middleware, crash loops, a
         transport without ``ack_and_claim``); the result as ``fast``'s."""
@@ -285,6 +339,10 @@ class ThreadRunner:
                 task.cancel()
 
         w._loop, w._wake = loop, wake
+        flusher: Optional[threading.Thread] = None
+        if batches_acks(w):
+            self.acks = AckBuffer(w)
+            flusher = threading.Thread(target=self.acks.run_thread, name=f"{w.name}-acks", daemon=True)
         installed = install_signals(w, loop)
         hb_done = threading.Event()
         hb = threading.Thread(target=w.heartbeat.run_thread, args=(hb_done,), name=f"{w.name}-heartbeat",
@@ -293,6 +351,8 @@ class ThreadRunner:
                  for i in range(n)]
         w.logger.info("worker %s started: %d threads, visibility %gs, %r", w.worker_id, n, w.visibility, w.retry)
         hb.start()
+        if flusher is not None:
+            flusher.start()
         for th in slots:
             th.start()
         try:
@@ -300,7 +360,9 @@ class ThreadRunner:
             # The claim waits for a wake-up; the deadline only bounds what a
             # missed one could cost (one idle wake-up per visibility / 3).
             rewait = max(w.heartbeat.interval, 0.5)
-            while not w._stopping:
+            if self.acks is not None:
+                await self._batched(loop, state, inbox, wakeup, claim_task, rewait)
+            while self.acks is None and not w._stopping:
                 if state.idle == 0:
                     wakeup.clear()
                     if state.idle == 0 and not w._stopping:
@@ -332,6 +394,10 @@ class ThreadRunner:
             for _ in range(n):
                 inbox.put(None)
             await self._drain(loop, state, wakeup)
+            if self.acks is not None and flusher is not None:
+                self.acks.close()  # a drained job's ack is sent before run() returns
+                if not w._forced:
+                    await loop.run_in_executor(None, flusher.join)
             if not w._forced:
                 while True:
                     try:
@@ -344,6 +410,57 @@ class ThreadRunner:
             hb_done.set()
             remove_signals(loop, installed)
             w._loop = w._wake = None
+
+    async def _batched(self, loop: asyncio.AbstractEventLoop, state: _SlotState, inbox: "_queue.SimpleQueue[Any]",
+                       wakeup: asyncio.Event, claim_task: List[Optional["asyncio.Task[Any]"]], rewait: float) -> None:
+        """The claim loop with batched acks (the flusher sends them), until
+        the worker stops: claim for the idle slots with one ``claim_many``;
+        when it finds nothing, one waiting claim."""
+        w = self.worker
+        t = w.transport
+        rec = w._recorder
+        vis, floor, wid = w.visibility, w.min_priority, w.worker_id
+        claim_many = t.claim_many
+        while not w._stopping:
+            idle = state.idle
+            if idle == 0:
+                wakeup.clear()
+                if state.idle == 0 and not w._stopping:
+                    await wakeup.wait()
+                continue
+            try:
+                leases = claim_many(wid, vis, min(idle, w.batch), floor)
+            except EventDecodeError as exc:
+                rec.undecodable(exc)
+                continue
+            except Exception as exc:
+                if getattr(t, "closed", False):
+                    w.logger.info("the transport was closed: stopping")
+                    w.stop()
+                    break
+                w.logger.error("claim failed (%s); trying again in 1s", error_name(exc))
+                await asyncio.sleep(1.0)
+                continue
+            if leases:
+                if w._stopping:
+                    for lease in leases:
+                        rec.handback(lease)
+                    break
+                for lease in leases:
+                    state.take()
+                    inbox.put(lease)
+                continue
+            # Nothing to claim: wait for a message.
+            lease = await _steps.wait_claim(w, loop, claim_task, rewait)
+            if lease is _steps.STOP:
+                break
+            if lease is None:
+                continue
+            if w._stopping:
+                rec.handback(lease)
+                break
+            state.take()
+            inbox.put(lease)
 
     async def _drain(self, loop: asyncio.AbstractEventLoop, state: _SlotState, wakeup: asyncio.Event) -> None:
         """Wait for the busy slots, ``drain_timeout`` then on (a thread cannot be killed)."""
