@@ -53,6 +53,29 @@ class Counting:
         return counted
 
 
+class ExclusiveProbe:
+    """A handler that records every time a job starts while another job of
+    its group is running (``overlaps``) and the events in the order their
+    jobs ended (``seen``); each job takes ``sleep`` seconds."""
+
+    def __init__(self, sleep: float) -> None:
+        self.sleep = sleep
+        self.overlaps: List[str] = []
+        self.seen: List[Any] = []
+        self._lock = threading.Lock()
+        self._active: Dict[str, int] = collections.Counter()
+
+    def handler(self, job: Job) -> None:
+        with self._lock:
+            if self._active[job.group_id]:
+                self.overlaps.append(job.group_id)
+            self._active[job.group_id] += 1
+        time.sleep(self.sleep)
+        with self._lock:
+            self._active[job.group_id] -= 1
+            self.seen.append(job.event)
+
+
 def publish(t: Any, groups: int, per_group: int) -> None:
     for i in range(per_group):
         for g in range(groups):
@@ -207,27 +230,13 @@ def test_ack_and_claim_keeps_groups_exclusive(backend: Any, start: Any, concurre
     jobs of one group at once, each group in order, across slots."""
     t = backend.make()
     publish(t, 4, 6)
-    lock = threading.Lock()
-    active: Dict[str, int] = collections.Counter()
-    overlaps: List[str] = []
-    seen: List[Any] = []
-
-    def handler(job: Job) -> None:
-        with lock:
-            if active[job.group_id]:
-                overlaps.append(job.group_id)
-            active[job.group_id] += 1
-        time.sleep(0.001)
-        with lock:
-            active[job.group_id] -= 1
-            seen.append(job.event)
-
+    probe = ExclusiveProbe(0.001)
     counting = Counting(t)
-    w = Worker(counting, handler, concurrency=concurrency, visibility=30.0)
-    run_all(w, start, seen, 24)
-    assert not overlaps
+    w = Worker(counting, probe.handler, concurrency=concurrency, visibility=30.0)
+    run_all(w, start, probe.seen, 24)
+    assert not probe.overlaps
     for g in range(4):
-        assert [i for gid, i in seen if gid == f"g{g}"] == list(range(6))
+        assert [i for gid, i in probe.seen if gid == f"g{g}"] == list(range(6))
     if backend.durable and concurrency > 1:
         # Several slots on a durable transport batch their acks (ack_many;
         # ack_and_claim for one ack and one idle slot): never a lone ack.

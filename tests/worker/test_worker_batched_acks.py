@@ -8,12 +8,11 @@ real server; the transports are wrapped only to record their calls."""
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, List
 
-from test_worker_ack_and_claim import Counting, publish
+from test_worker_ack_and_claim import Counting, ExclusiveProbe, publish
 
 from leasequeue import Job, Worker
 from leasequeue.worker.runners.acks import AckBuffer, batches_acks
@@ -50,31 +49,17 @@ def test_batched_acks_keep_groups_exclusive_and_in_order(durable: Any, start: An
     group runs in order; every job is acked (the queue ends empty)."""
     t = durable.make()
     publish(t, 6, 8)
-    lock = threading.Lock()
-    active: Dict[str, int] = collections.Counter()
-    overlaps: List[str] = []
-    seen: List[Any] = []
-
-    def handler(job: Job) -> None:
-        with lock:
-            if active[job.group_id]:
-                overlaps.append(job.group_id)
-            active[job.group_id] += 1
-        time.sleep(0.002)
-        with lock:
-            active[job.group_id] -= 1
-            seen.append(job.event)
-
+    probe = ExclusiveProbe(0.002)
     sizes = Sizes(t)
-    w = Worker(sizes, handler, concurrency=4, visibility=30.0)
+    w = Worker(sizes, probe.handler, concurrency=4, visibility=30.0)
     running = start(w, "threads")
     deadline = time.monotonic() + 60
     while w.counts["succeeded"] < 48 and time.monotonic() < deadline:
         time.sleep(0.01)
     running.stop()
-    assert w.counts["succeeded"] == 48 and not overlaps
+    assert w.counts["succeeded"] == 48 and not probe.overlaps
     for g in range(6):
-        assert [i for gid, i in seen if gid == f"g{g}"] == list(range(8))
+        assert [i for gid, i in probe.seen if gid == f"g{g}"] == list(range(8))
     assert sizes.calls["ack"] == 0  # no lone ack while it ran
     assert max(sizes.asked) > 1  # claims for several idle slots at once
     assert max(sizes.acked, default=0) > 1  # acks of several jobs in one call
