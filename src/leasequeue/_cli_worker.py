@@ -76,7 +76,7 @@ def build_worker_options(target: Any, args: argparse.Namespace) -> Dict[str, Any
     """The ``Worker`` keywords the command line gives: only the options the
     user typed (argparse defaults are None), so a Task's settings stand."""
     options: Dict[str, Any] = {}
-    for name in ("concurrency", "visibility", "drain_timeout", "min_priority"):
+    for name in ("concurrency", "visibility", "drain_timeout", "min_priority", "prefetch"):
         value = getattr(args, name, None)
         if value is not None:
             options[name] = value

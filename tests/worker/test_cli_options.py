@@ -251,6 +251,7 @@ def test_every_anticipated_worker_error_is_one_line(tmp_path: Path, sqlite_backe
     assert "must be >= 0: '-1'" in worker("lq_cli_jobs:record", "--sqlite", db, "--drain-timeout", "-1")
     assert "not a number of seconds: 'nan'" in worker("lq_cli_jobs:record", "--sqlite", db, "--drain-timeout", "nan")
     assert "must be >= 1: '0'" in worker("lq_cli_jobs:record", "--sqlite", db, "--concurrency", "0")
+    assert "must be >= 0: '-1'" in worker("lq_cli_jobs:record", "--sqlite", db, "--prefetch", "-1")
     assert "not an integer: 'high'" in worker("lq_cli_jobs:record", "--sqlite", db, "--min-priority", "high")
     assert "64-bit" in worker("lq_cli_jobs:record", "--sqlite", db, "--min-priority", str(2**63))
     assert "--metrics-host needs --metrics-port" in worker("lq_cli_jobs:record", "--sqlite", db,
@@ -315,6 +316,8 @@ def test_only_the_options_given_are_passed_to_worker() -> None:
     assert options() == {}
     got = options("--concurrency", "4", "--visibility", "2.5", "--drain-timeout", "inf", "--min-priority", "-3")
     assert got == {"concurrency": 4, "visibility": 2.5, "drain_timeout": float("inf"), "min_priority": -3}
+    assert options("--prefetch", "0") == {"prefetch": 0}
+    assert options("--prefetch", "8") == {"prefetch": 8}
     retry = options("--max-attempts", "3")["retry"]
     assert isinstance(retry, Retry) and (retry.max_attempts, retry.backoff) == (3, Retry().backoff)
     retry = options("--backoff", "0.25")["retry"]
@@ -360,8 +363,10 @@ def test_the_defaults_the_help_shows_are_the_workers_own() -> None:
 
     w = Worker(InMemoryTransport(), lambda job: None)
     assert (w.concurrency, w.visibility, w.drain_timeout, w.min_priority) == (1, 30.0, 30.0, 0)
+    assert (w.prefetch, w.batch) == (None, 16)  # adaptive, up to batch
     assert (w.retry.max_attempts, w.retry.backoff) == (5, 1.0)
     helps = {a.dest: a.help for a in build_parser()._subparsers._group_actions[0].choices["worker"]._actions}
     for dest, shown in (("concurrency", "default 1"), ("visibility", "default 30"), ("drain_timeout", "default 30"),
-                        ("min_priority", "default 0"), ("max_attempts", "default 5"), ("backoff", "default 1")):
+                        ("min_priority", "default 0"), ("max_attempts", "default 5"), ("backoff", "default 1"),
+                        ("prefetch", "default: adaptive"), ("prefetch", "up to 16")):
         assert shown in helps[dest], (dest, helps[dest])

@@ -1,5 +1,7 @@
-"""The thread runner's fast path acks a job and claims the next in one call
-(``ack_and_claim``: one commit per job on PostgreSQL), on every transport;
+"""The thread runner's fast path (one slot; ``prefetch=0`` on a durable
+transport, which otherwise prefetches and batches: test_worker_prefetch.py)
+acks a job and claims the next in one call (``ack_and_claim``: one commit
+per job on PostgreSQL), on every transport;
 a transport without it is served by ``ack`` + ``claim``; a stop that comes
 as the call returns hands the claimed lease back; a next message that does
 not decode leaves the ack counted.  Real threads, real files, the real
@@ -97,7 +99,7 @@ def test_the_fast_path_acks_and_claims_in_one_call(backend: Any, start: Any) -> 
     publish(t, 3, 5)
     counting = Counting(t)
     seen: List[Any] = []
-    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0, prefetch=0)
     run_all(w, start, seen, 15)
     assert counting.calls["ack_and_claim"] == 15 and counting.calls["ack"] == 0
     for g in range(3):
@@ -111,7 +113,7 @@ def test_a_transport_without_ack_and_claim_gets_ack_then_claim(backend: Any, sta
     publish(t, 2, 4)
     counting = Counting(t, hide=("ack_and_claim",))
     seen: List[Any] = []
-    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0, prefetch=0)
     run_all(w, start, seen, 8)
     assert counting.calls["ack"] == 8 and counting.calls["ack_and_claim"] == 0
     assert counting.calls["claim"] >= 7  # the slot's claims after each ack
@@ -126,7 +128,7 @@ def test_hooks_keep_the_fast_path_and_see_every_job(inmemory: Any, start: Any) -
     counting = Counting(t)
     seen: List[Any] = []
     hooked: List[Any] = []
-    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0, prefetch=0)
     w.on("started", lambda job, error: hooked.append(("started", job.event)))
     w.on("succeeded", lambda job, error: hooked.append(("succeeded", job.event, error)))
     run_all(w, start, seen, 3)
@@ -148,7 +150,7 @@ def test_a_wrapping_middleware_takes_the_general_path(inmemory: Any, start: Any)
             wrapped.append(job.event)
             return call_next(job)
 
-    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0,
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0, prefetch=0,
                middleware=[Around()])
     run_all(w, start, seen, 3)
     assert counting.calls["ack"] == 3 and counting.calls["ack_and_claim"] == 0
@@ -164,7 +166,7 @@ def test_a_stop_as_ack_and_claim_returns_hands_the_claimed_lease_back(backend: A
     holder: List[Worker] = []
     counting = Counting(t, after={"ack_and_claim": lambda result: holder[0].stop()})
     seen: List[Any] = []
-    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0, prefetch=0)
     holder.append(w)
     running = start(w, "threads")
     running.join(30)
@@ -190,7 +192,7 @@ def test_a_job_that_ends_after_stop_is_acked_alone(backend: Any, start: Any) -> 
         seen.append(job.event)
         holder[0].stop()
 
-    w = Worker(counting, handler, concurrency=1, visibility=30.0)
+    w = Worker(counting, handler, concurrency=1, visibility=30.0, prefetch=0)
     holder.append(w)
     start(w, "threads").join(30)
     assert seen == [("g0", 0)] and w.counts["succeeded"] == 1 and w.counts["handed_back"] == 0
@@ -211,7 +213,7 @@ def test_an_undecodable_next_message_leaves_the_ack_counted_and_is_buried(sqlite
         assert db.execute("UPDATE lq_messages SET event = x'ff00' WHERE seq = 2").rowcount == 1
     counting = Counting(t)
     seen: List[Any] = []
-    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0)
+    w = Worker(counting, lambda job: seen.append(job.event), concurrency=1, visibility=30.0, prefetch=0)
     with caplog.at_level(logging.WARNING, logger="leasequeue.worker"):
         running = start(w, "threads")
         wait_until(lambda: w.counts["succeeded"] == 1 and w.counts["buried"] == 1, timeout=30)
@@ -232,7 +234,7 @@ def test_ack_and_claim_keeps_groups_exclusive(backend: Any, start: Any, concurre
     publish(t, 4, 6)
     probe = ExclusiveProbe(0.001)
     counting = Counting(t)
-    w = Worker(counting, probe.handler, concurrency=concurrency, visibility=30.0)
+    w = Worker(counting, probe.handler, concurrency=concurrency, visibility=30.0, prefetch=0)
     run_all(w, start, probe.seen, 24)
     assert not probe.overlaps
     for g in range(4):

@@ -39,7 +39,11 @@ class Sizes(Counting):
 def test_which_workers_batch(backend: Any) -> None:
     t = backend.make()
     assert batches_acks(Worker(t, lambda job: None, concurrency=4)) is backend.durable
-    assert not batches_acks(Worker(t, lambda job: None, concurrency=1))
+    assert batches_acks(Worker(t, lambda job: None, concurrency=4, prefetch=0)) is backend.durable
+    # One slot batches when it may prefetch (adaptive by default, or a number).
+    assert batches_acks(Worker(t, lambda job: None, concurrency=1)) is backend.durable
+    assert batches_acks(Worker(t, lambda job: None, concurrency=1, prefetch=3)) is backend.durable
+    assert not batches_acks(Worker(t, lambda job: None, concurrency=1, prefetch=0))
     assert not batches_acks(Worker(t, lambda job: None, concurrency=4, batch=1))
 
 

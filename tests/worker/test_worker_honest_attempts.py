@@ -33,7 +33,7 @@ def as_runner(body: Callable[[Job], Any], runner: str) -> Any:
 
 
 class StopsOnClaim:
-    """A real transport whose ``aclaim`` asks the worker to stop as it returns
+    """A real transport whose ``aclaim`` (and ``claim_many``) asks the worker to stop as it returns
     a lease (the claim that races a stop: claimed, never started); every
     other name is the transport's own."""
 
@@ -49,6 +49,13 @@ class StopsOnClaim:
         if lease is not None:
             self.worker.stop()
         return lease
+
+    def claim_many(self, *args: Any, **kwargs: Any) -> Any:
+        # The thread runner's batched path (a durable transport) claims with claim_many.
+        leases = self._t.claim_many(*args, **kwargs)
+        if leases:
+            self.worker.stop()
+        return leases
 
 
 class WithoutRelease:

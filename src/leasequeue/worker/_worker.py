@@ -63,7 +63,14 @@ class Worker:
     ``batch`` (claim up to that many messages at once when several slots are
     free; with several slots on a durable transport, ``run()`` also acks
     finished jobs together, with one ``ack_many``, as soon as the last
-    flush returns; 1 disables both), ``signals`` (``None``: on the main thread only;
+    flush returns; 1 disables both), ``prefetch`` (``run()`` on a durable
+    transport: how many messages the worker may claim beyond its idle slots,
+    to run as slots free up, held by the heartbeat and handed back
+    uncounted at a stop; ``None``, the default, adapts it to the handlers:
+    as many as the slots run in about 0.05 s at their average run time, up
+    to ``batch``, so a prefetched message waits about that long and slow
+    handlers prefetch nothing; ``0``: never; ignored in memory and by
+    ``arun()``), ``signals`` (``None``: on the main thread only;
     ``True`` off the main thread warns at ``run()``: Python cannot install
     them there).
 
@@ -98,6 +105,7 @@ class Worker:
         middleware: Union[Middleware, Sequence[Middleware], None] = None,
         metrics: Any = None,
         batch: int = 16,
+        prefetch: Optional[int] = None,
         signals: Optional[bool] = None,
         queue: Optional[str] = None,
     ) -> None:
@@ -136,6 +144,9 @@ class Worker:
         self.name = str(name)
         self.logger = logging.getLogger(f"leasequeue.worker.{self.name}")
         self.batch = check_int(batch, "batch", 1)
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int)):
+            raise TypeError(f"prefetch must be None (adaptive) or an int, not {type(prefetch).__name__}")
+        self.prefetch: Optional[int] = None if prefetch is None else check_int(prefetch, "prefetch", 0)
         if signals is not None and not isinstance(signals, bool):
             raise TypeError("signals must be None, True or False")
         self._signals = signals

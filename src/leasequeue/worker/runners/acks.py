@@ -38,11 +38,13 @@ __all__ = ["AckBuffer", "batches_acks"]
 
 def batches_acks(worker: "Worker") -> bool:
     """Whether the thread runner buffers acks for ``worker``: a blocking
-    transport (the durable ones) with ``ack_many`` and ``claim_many``, more
-    than one slot, and ``batch`` above 1.  One slot keeps ``ack_and_claim``
-    (one commit per job already); the in-memory twins keep their path."""
+    transport (the durable ones) with ``ack_many`` and ``claim_many``,
+    ``batch`` above 1, and more than one slot or a prefetch that is not 0
+    (``None``, adaptive, is not).  One slot with ``prefetch=0`` keeps
+    ``ack_and_claim`` (one commit per job); the in-memory twins keep their
+    path (no prefetch there)."""
     t = worker.transport
-    return (not worker._inline and worker.concurrency > 1 and worker.batch > 1
+    return (not worker._inline and worker.batch > 1 and (worker.concurrency > 1 or worker.prefetch != 0)
             and callable(getattr(t, "ack_many", None)) and callable(getattr(t, "claim_many", None)))
 
 

@@ -9,11 +9,22 @@ private asyncio loop in the thread that called ``run()`` (a cancelled
 hands what it gets to idle slots.  One heartbeat thread extends every held
 lease.
 
-With several slots on a durable transport (``ack_many`` and ``claim_many``;
-:mod:`.acks`), a slot whose handler returned leaves the ack in a buffer and
-goes idle instead: a flusher thread acks the buffer with one ``ack_many``
-while the loop claims for every idle slot with one ``claim_many`` (two
-overlapping commits for a batch of jobs instead of one per job).
+On a durable transport (``ack_many`` and ``claim_many``; :mod:`.acks`),
+with several slots or with prefetching, a slot whose handler returned
+leaves the ack in a buffer and goes idle instead: a flusher thread acks the
+buffer with one ``ack_many`` while the loop claims for every idle slot, and
+for the prefetch, with one ``claim_many`` (two overlapping commits for a
+batch of jobs instead of one per job).
+
+Prefetch (that path only): the loop may claim up to ``prefetch`` messages
+more than its idle slots; they wait in the slots' inbox as jobs, held by
+the heartbeat like running ones, and go back uncounted (``release``) at a
+stop.  ``prefetch=None`` adapts it to the handlers: as many as the slots
+finish in about ``PREFETCH_WINDOW`` seconds at their average run time (up
+to ``batch``), none until a first job ran, so that a prefetched message
+waits in a worker about that long, not behind a slow job.  The loop claims
+again once half the prefetch is used (or a slot is idle): batches, not one
+claim per finished job.
 """
 
 from __future__ import annotations
@@ -38,23 +49,38 @@ from .acks import AckBuffer, batches_acks
 if TYPE_CHECKING:
     from .._worker import Worker
 
-__all__ = ["ThreadRunner"]
+__all__ = ["PREFETCH_WINDOW", "ThreadRunner"]
 
 _NONE = _steps.STOP  # "no next lease yet" (the ack did not claim one)
+
+#: ``prefetch=None``: how long, in seconds of the handlers' average run
+#: time, a prefetched message may wait in the worker for a slot.
+PREFETCH_WINDOW = 0.05
+#: The weight of the newest run time in the handlers' moving average.
+_AVERAGE_WEIGHT = 0.1
 
 
 class _SlotState:
     """Idle and live slot counts (slots increment ``idle``, only the claimer
-    decrements it)."""
+    decrements it, once per lease it hands over: with prefetched leases
+    waiting in the inbox ``idle`` goes below zero).  The claimer sleeps
+    while ``idle < low`` and the slot that brings ``idle`` up to ``low``
+    wakes it (``low`` is 1 without prefetch: an idle slot)."""
 
-    __slots__ = ("idle", "alive", "_lock", "_loop", "_wakeup")
+    __slots__ = ("idle", "alive", "low", "_lock", "_loop", "_wakeup")
 
     def __init__(self, n: int, loop: asyncio.AbstractEventLoop, wakeup: asyncio.Event) -> None:
         self.idle = n
         self.alive = n
+        self.low = 1
         self._lock = threading.Lock()
         self._loop = loop
         self._wakeup = wakeup
+
+    def set_low(self, low: int) -> None:
+        """The claimer only (while awake): wake it when ``idle`` reaches ``low``."""
+        with self._lock:
+            self.low = low
 
     def _notify(self) -> None:
         try:
@@ -65,7 +91,7 @@ class _SlotState:
     def idle_one(self) -> None:
         with self._lock:
             self.idle += 1
-            first = self.idle == 1
+            first = self.idle == self.low
         if first:
             self._notify()
 
@@ -86,6 +112,21 @@ class ThreadRunner:
         self.worker = worker
         #: The ack buffer when acks are batched (set by ``run``), else None.
         self.acks: Optional[AckBuffer] = None
+        #: The handlers' moving average run time on the batched path
+        #: (seconds; None until a first job ran): ``prefetch=None`` follows it.
+        self.average: Optional[float] = None
+
+    def prefetch(self) -> int:
+        """How many leases the batched loop may hold beyond its idle slots now."""
+        w = self.worker
+        if w.prefetch is not None:
+            return w.prefetch
+        average = self.average
+        if average is None:
+            return 0
+        if average <= 0.0:
+            return w.batch
+        return min(w.batch, int(PREFETCH_WINDOW * w.concurrency / average))
 
     # ------------------------------------------------------------ one job
 
@@ -160,23 +201,41 @@ class ThreadRunner:
         # The fast path: no middleware wraps the handler (observers are told).
         plain = not w._wrapping
         acks = self.acks
+        held = w.heartbeat.held
+        perf = time.perf_counter
         try:
             while True:
                 lease = inbox.get()
                 if lease is None:
                     break
-                if w._stopping:
-                    rec.handback(lease, index)
-                    continue
                 if acks is not None:
-                    # Batched acks: run it, leave the ack in the buffer, go idle
-                    # (the loop acks and claims for every idle slot at once).
+                    # Batched acks: the inbox holds jobs (held by the heartbeat
+                    # while they wait).  Run it, leave the ack in the buffer,
+                    # go idle (the loop acks and claims for every idle slot at once).
+                    job = lease
+                    current[index] = job  # before it leaves ``held``: never unheld
+                    held.discard(job)
+                    if w._stopping or job.lost:
+                        current[index] = None
+                        if not job.lost:
+                            job._finished = True  # the heartbeat leaves it alone now
+                            rec.handback(job.lease, index)
+                        if not w._stopping:
+                            state.idle_one()
+                        continue
+                    began = perf()
                     if plain:
-                        self.deferred(lease, index, acks)
+                        self.deferred(job, index, acks)
                     else:
-                        self.one(lease, index)
+                        self.one(job, index)
+                    took = perf() - began
+                    average = self.average
+                    self.average = took if average is None else average + (took - average) * _AVERAGE_WEIGHT
                     if not w._stopping:
                         state.idle_one()
+                    continue
+                if w._stopping:
+                    rec.handback(lease, index)
                     continue
                 while lease is not None:
                     if plain and ack_and_claim is not None:
@@ -273,17 +332,16 @@ class ThreadRunner:
             current[index] = None
         return self.one(lease, index)
 
-    def deferred(self, lease: Any, index: int, acks: AckBuffer) -> None:
+    def deferred(self, job: Job, index: int, acks: AckBuffer) -> None:
         """The batched path (no middleware wraps the handler): run one
         delivery; when the handler returns, its ack goes to ``acks`` (the
         job stays unfinished, its lease extended, until the ack is sent).
         Anything else goes to the general path, which records it itself."""
         w = self.worker
         rec = w._recorder
-        if lease.attempt > w.retry.max_attempts:
-            self.one(lease, index)  # a crash loop: buried unrun
+        if job.lease.attempt > w.retry.max_attempts:
+            self.one(job, index)  # a crash loop: buried unrun
             return
-        job = Job(w, lease)
         current = w.heartbeat.current
         current[index] = job
         try:
@@ -309,8 +367,9 @@ class ThreadRunner:
 
     def one(self, lease: Any, index: int) -> Any:
         """One delivery by the general path (middleware, crash loops, a
-        transport without ``ack_and_claim``); the result as ``fast``'s."""
-        job = Job(self.worker, lease)
+        transport without ``ack_and_claim``; ``lease`` may be the batched
+        path's job); the result as ``fast``'s."""
+        job = lease if isinstance(lease, Job) else Job(self.worker, lease)
         current = self.worker.heartbeat.current
         current[index] = job
         try:
@@ -404,6 +463,12 @@ class ThreadRunner:
                         lease = inbox.get_nowait()
                     except _queue.Empty:
                         break
+                    if isinstance(lease, Job):  # the batched path's
+                        w.heartbeat.held.discard(lease)
+                        if lease.lost:
+                            continue
+                        lease._finished = True
+                        lease = lease.lease
                     if lease is not None:
                         rec.handback(lease)
         finally:
@@ -421,15 +486,27 @@ class ThreadRunner:
         rec = w._recorder
         vis, floor, wid = w.visibility, w.min_priority, w.worker_id
         claim_many = t.claim_many
+        held = w.heartbeat.held
+
+        def hand(lease: Any) -> None:
+            job = Job(w, lease)
+            held.add(job)  # extended while it waits for a slot
+            state.take()
+            inbox.put(job)
+
         while not w._stopping:
-            idle = state.idle
-            if idle == 0:
+            extra = self.prefetch()
+            # Claim when a slot is idle, or once half the prefetch is used.
+            low = 1 - (extra + 1) // 2
+            if low != state.low:
+                state.set_low(low)
+            if state.idle < low:
                 wakeup.clear()
-                if state.idle == 0 and not w._stopping:
+                if state.idle < low and not w._stopping:
                     await wakeup.wait()
                 continue
             try:
-                leases = claim_many(wid, vis, min(idle, w.batch), floor)
+                leases = claim_many(wid, vis, min(state.idle + extra, w.batch), floor)
             except EventDecodeError as exc:
                 rec.undecodable(exc)
                 continue
@@ -447,8 +524,15 @@ class ThreadRunner:
                         rec.handback(lease)
                     break
                 for lease in leases:
-                    state.take()
-                    inbox.put(lease)
+                    hand(lease)
+                continue
+            if state.idle <= 0:
+                # Nothing to prefetch and no idle slot: wait for a slot, not for a message.
+                wakeup.clear()
+                if state.idle <= 0 and not w._stopping:
+                    state.set_low(1)
+                    if state.idle <= 0:
+                        await wakeup.wait()
                 continue
             # Nothing to claim: wait for a message.
             lease = await _steps.wait_claim(w, loop, claim_task, rewait)
@@ -459,8 +543,7 @@ class ThreadRunner:
             if w._stopping:
                 rec.handback(lease)
                 break
-            state.take()
-            inbox.put(lease)
+            hand(lease)
 
     async def _drain(self, loop: asyncio.AbstractEventLoop, state: _SlotState, wakeup: asyncio.Event) -> None:
         """Wait for the busy slots, ``drain_timeout`` then on (a thread cannot be killed)."""
