@@ -11,8 +11,9 @@ every job succeeded, and reads the server's counters.  It profiles the
 leasequeue on its path: run it once per tree to compare trees.
 
 Run: ``python benchmarks/pg_worker_profile.py [jobs] [slots,...]``
-(default 4000 jobs, slots 1,4; results: docs/postgres.md, "Where the time
-goes").
+(default 4000 jobs, slots 1,4; a slot count ``Np0`` runs N slots with
+``prefetch=0``, ``NpK`` with ``prefetch=K``, plain ``N`` the default
+adaptive prefetch; results: docs/postgres.md, "Where the time goes").
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def _reset(conninfo: str) -> None:
     time.sleep(1.2)  # the reset is seen by the next reads
 
 
-def profile(conninfo: str, jobs: int, slots: int) -> Dict[str, Any]:
+def profile(conninfo: str, jobs: int, variant: str) -> Dict[str, Any]:
+    slots_text, _, prefetch_text = variant.partition("p")
+    slots = int(slots_text)
+    prefetch = int(prefetch_text) if prefetch_text else None
     queue = f"p{uuid.uuid4().hex[:8]}"
     PostgresTransport.create_queue(conninfo, queue)
     with PostgresTransport(conninfo, queue=queue) as t:
@@ -65,7 +69,7 @@ def profile(conninfo: str, jobs: int, slots: int) -> Dict[str, Any]:
     _reset(conninfo)
     before = _counters(conninfo)
     t = PostgresTransport(conninfo, queue=queue)
-    w = Worker(t, lambda job: None, concurrency=slots, signals=False)
+    w = Worker(t, lambda job: None, concurrency=slots, prefetch=prefetch, signals=False)
     done = [0.0]
 
     def watch() -> None:
@@ -86,7 +90,7 @@ def profile(conninfo: str, jobs: int, slots: int) -> Dict[str, Any]:
     after = _counters(conninfo)
     tables = {name: {k: after["tables"][name][k] - before["tables"].get(name, {}).get(k, 0)
                      for k in after["tables"][name]} for name in after["tables"]}
-    return {"slots": slots, "jobs": jobs, "jobs_per_s": jobs / (done[0] - began),
+    return {"slots": slots, "prefetch": prefetch, "jobs": jobs, "jobs_per_s": jobs / (done[0] - began),
             "client_cpu_ms_per_job": 1e3 * cpu / jobs,
             "commits_per_job": (after["commits"] - before["commits"]) / jobs,
             "tables_per_job": {n: {k: v / jobs for k, v in d.items()} for n, d in tables.items()},
@@ -96,7 +100,7 @@ def profile(conninfo: str, jobs: int, slots: int) -> Dict[str, Any]:
 
 def main(argv: List[str]) -> int:
     jobs = int(argv[1]) if len(argv) > 1 else 4000
-    counts = [int(x) for x in argv[2].split(",")] if len(argv) > 2 else [1, 4]
+    counts = argv[2].split(",") if len(argv) > 2 else ["1", "4"]
     server = ThrowawayServer(settings={"shared_preload_libraries": "pg_stat_statements",
                                        "pg_stat_statements.track": "top"})
     server.start()

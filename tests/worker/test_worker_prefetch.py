@@ -51,6 +51,19 @@ def test_the_adaptive_prefetch_follows_the_handlers_run_time(backend: Any) -> No
     fixed = ThreadRunner(Worker(t, lambda job: None, prefetch=5))
     fixed.average = PREFETCH_WINDOW * 100
     assert fixed.prefetch() == 5
+    assert PREFETCH_WINDOW == 0.05  # what docs/worker.md promises
+
+
+def test_the_run_time_average_moves_a_tenth_of_the_way(backend: Any) -> None:
+    """The first job's run time is the average; each next one moves it a
+    tenth of the way (one slow job does not stop the prefetch at once)."""
+    runner = ThreadRunner(Worker(backend.make(), lambda job: None))
+    runner.note_run_time(1.0)
+    assert runner.average == 1.0
+    runner.note_run_time(2.0)
+    assert runner.average == pytest.approx(1.1)
+    runner.note_run_time(0.1)
+    assert runner.average == pytest.approx(1.0)
 
 
 def test_one_slot_prefetches_in_batches_and_keeps_groups_exclusive_and_in_order(durable: Any, start: Any) -> None:

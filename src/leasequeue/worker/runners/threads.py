@@ -116,6 +116,11 @@ class ThreadRunner:
         #: (seconds; None until a first job ran): ``prefetch=None`` follows it.
         self.average: Optional[float] = None
 
+    def note_run_time(self, took: float) -> None:
+        """Fold one job's run time (seconds) into the handlers' moving average."""
+        average = self.average
+        self.average = took if average is None else average + (took - average) * _AVERAGE_WEIGHT
+
     def prefetch(self) -> int:
         """How many leases the batched loop may hold beyond its idle slots now."""
         w = self.worker
@@ -228,9 +233,7 @@ class ThreadRunner:
                         self.deferred(job, index, acks)
                     else:
                         self.one(job, index)
-                    took = perf() - began
-                    average = self.average
-                    self.average = took if average is None else average + (took - average) * _AVERAGE_WEIGHT
+                    self.note_run_time(perf() - began)
                     if not w._stopping:
                         state.idle_one()
                     continue
