@@ -200,3 +200,66 @@ def test_slow_handlers_are_not_prefetched_for(durable: Any) -> None:
     th.join(30)
     assert sizes.asked and max(sizes.asked) == 1, sizes.asked
     assert len(t) == 0
+
+
+def test_a_prefetched_message_lost_while_it_waits_is_not_run(durable: Any) -> None:
+    """A prefetched message's group is purged while it waits: the heartbeat
+    finds its lease lost (counted once), the slot skips it (never run,
+    nothing handed back), and the worker keeps its capacity: messages
+    published after the queue ran dry are still served."""
+    t = durable.make()
+    t.publish("a", "first")
+    t.publish("b", "doomed")
+    go = threading.Event()
+    seen: List[Any] = []
+
+    def handler(job: Job) -> None:
+        seen.append(job.event)
+        if job.event == "first":
+            go.wait(30)
+
+    w = Worker(t, handler, concurrency=1, visibility=0.6, prefetch=1, signals=False)
+    th = threading.Thread(target=w.run)
+    th.start()
+    try:
+        wait_until(lambda: t.stats().leased == 2, timeout=30)  # "first" runs, "doomed" waits
+        assert t.purge("b") == 1
+        wait_until(lambda: w.counts["lost"] == 1, timeout=30)  # the heartbeat's extend found it gone
+    finally:
+        go.set()
+    wait_until(lambda: w.counts["succeeded"] == 1, timeout=30)
+    for i in range(3):  # after the queue ran dry
+        t.publish(f"later{i}", f"later{i}")
+    wait_until(lambda: w.counts["succeeded"] == 4, timeout=30)
+    w.stop()
+    th.join(30)
+    assert not th.is_alive()
+    assert "doomed" not in seen and sorted(seen) == ["first", "later0", "later1", "later2"]
+    assert w.counts["lost"] == 1 and w.counts["handed_back"] == 0 and w.counts["started"] == 4
+    assert w.heartbeat.in_flight() == 0  # the worker's in-flight gauge: nothing held after run()
+    assert len(t) == 0 and t.stats().leased == 0
+
+
+def test_a_wrapping_middleware_sees_every_prefetched_job(durable: Any) -> None:
+    """A middleware that wraps the handler takes the general path, also for
+    prefetched jobs: each runs through it once, and each is acked."""
+    from leasequeue import Middleware
+
+    t = durable.make()
+    publish(t, 5, 4)
+    wrapped: List[Any] = []
+
+    class Around(Middleware):
+        def wrap(self, call_next: Any, job: Job) -> Any:
+            wrapped.append(job.event)
+            return call_next(job)
+
+    w = Worker(t, lambda job: None, concurrency=1, visibility=30.0, prefetch=4, middleware=[Around()],
+               signals=False)
+    th = threading.Thread(target=w.run)
+    th.start()
+    wait_until(lambda: w.counts["succeeded"] == 20, timeout=60)
+    w.stop()
+    th.join(30)
+    assert sorted(wrapped) == sorted((f"g{g}", i) for g in range(5) for i in range(4))
+    assert len(t) == 0 and w.heartbeat.in_flight() == 0
