@@ -263,3 +263,34 @@ def test_a_wrapping_middleware_sees_every_prefetched_job(durable: Any) -> None:
     th.join(30)
     assert sorted(wrapped) == sorted((f"g{g}", i) for g in range(5) for i in range(4))
     assert len(t) == 0 and w.heartbeat.in_flight() == 0
+
+
+def test_a_redelivered_job_runs_with_nothing_prefetched_behind_it(durable: Any) -> None:
+    """A message whose earlier delivery's worker died (its lease expired:
+    attempt 2) may crash this process too: before it runs, the worker hands
+    back what it prefetched (uncounted) and sends the finished jobs' acks,
+    so it holds that one lease alone, and a crash would charge no other
+    message an attempt or run a finished one again."""
+    t = durable.make()
+    t.publish("r", "redelivered")
+    dead = t.claim("died", 0.2)  # a worker that died holding it
+    assert dead is not None and dead.event == "redelivered"
+    for g in range(5):
+        t.publish(f"g{g}", f"ok{g}")
+    time.sleep(0.4)  # its lease has expired
+    seen: List[Any] = []
+
+    def handler(job: Job) -> None:
+        seen.append((job.event, job.attempt, t.stats().leased))
+
+    w = Worker(t, handler, concurrency=1, visibility=30.0, prefetch=5, signals=False)
+    th = threading.Thread(target=w.run)
+    th.start()
+    wait_until(lambda: w.counts["succeeded"] == 6, timeout=30)
+    w.stop()
+    th.join(30)
+    assert sorted(e for e, _, _ in seen) == ["ok0", "ok1", "ok2", "ok3", "ok4", "redelivered"]
+    [(_, attempt, leased)] = [s for s in seen if s[0] == "redelivered"]
+    assert (attempt, leased) == (2, 1), seen  # alone: nothing prefetched, every finished job acked
+    assert all(a == 1 for e, a, _ in seen if e != "redelivered")  # given back uncounted
+    assert len(t) == 0 and t.stats().leased == 0

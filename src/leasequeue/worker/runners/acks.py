@@ -52,13 +52,15 @@ class AckBuffer:
     """Jobs whose handler returned, waiting for their ack (slots add, the
     runner's loop takes)."""
 
-    __slots__ = ("worker", "_jobs", "_lock", "_ready", "_closing")
+    __slots__ = ("worker", "_jobs", "_lock", "_ready", "_idle", "_flushing", "_closing")
 
     def __init__(self, worker: "Worker") -> None:
         self.worker = worker
         self._jobs: List[Job] = []
         self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)
+        self._ready = threading.Condition(self._lock)  # the flusher waits for jobs
+        self._idle = threading.Condition(self._lock)  # sync() waits for the flusher
+        self._flushing = False
         self._closing = False
 
     @property
@@ -81,13 +83,30 @@ class AckBuffer:
                 while not self._jobs and not self._closing:
                     self._ready.wait()
                 closing = self._closing
+                jobs, self._jobs = self._jobs, []
+                self._flushing = True
             try:
-                self.flush()
+                for job in jobs:
+                    # Before the ack: a heartbeat racing it must not call the job lost.
+                    job._finished = True
+                self.flush(jobs)
             except Exception:  # pragma: no cover - flush records the transport's errors itself
                 self.worker.logger.exception("acking the buffered jobs failed")
+            finally:
+                with self._lock:
+                    self._flushing = False
+                    self._idle.notify_all()
             if closing:
                 self.flush()  # anything left between the take and the close
                 return
+
+    def sync(self) -> None:
+        """Wait until every job buffered so far is acked (or refused): the
+        buffer is empty and no flush is under way.  Returns at once once the
+        buffer is closing (the last flush is the runner's)."""
+        with self._lock:
+            while (self._jobs or self._flushing) and not self._closing:
+                self._idle.wait()
 
     def close(self) -> None:
         """Flush what is left and end the flusher (after the last slot finished)."""

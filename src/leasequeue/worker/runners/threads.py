@@ -24,7 +24,9 @@ finish in about ``PREFETCH_WINDOW`` seconds at their average run time (up
 to ``batch``), none until a first job ran, so that a prefetched message
 waits in a worker about that long, not behind a slow job.  The loop claims
 again once half the prefetch is used (or a slot is idle): batches, not one
-claim per finished job.
+claim per finished job.  A redelivered job (attempt > 1) runs alone
+(``isolate``): what waits is handed back and the buffered acks are sent
+first, so a job that kills the process charges no neighbour an attempt.
 """
 
 from __future__ import annotations
@@ -115,15 +117,51 @@ class ThreadRunner:
         #: The handlers' moving average run time on the batched path
         #: (seconds; None until a first job ran): ``prefetch=None`` follows it.
         self.average: Optional[float] = None
+        #: Redelivered jobs running now (``isolate``): no prefetch meanwhile.
+        self._isolating = 0
+        self._isolation = threading.Lock()
 
     def note_run_time(self, took: float) -> None:
         """Fold one job's run time (seconds) into the handlers' moving average."""
         average = self.average
         self.average = took if average is None else average + (took - average) * _AVERAGE_WEIGHT
 
+    def isolate(self, index: int, inbox: "_queue.SimpleQueue[Any]", state: _SlotState) -> None:
+        """Before a slot runs a redelivered job (attempt > 1: a retry, or a
+        delivery whose worker died): stop prefetching until it ends, hand
+        back uncounted (``release``) the jobs waiting in the inbox, and wait
+        until the finished jobs' acks are sent.  If that job kills the
+        process, the messages this worker held take no attempt with it
+        (the crash-loop rule buries the job that crashes, not its
+        neighbours) and no finished job runs again; only the jobs running
+        on other slots at that moment share its fate, as without prefetch."""
+        w = self.worker
+        rec = w._recorder
+        held = w.heartbeat.held
+        with self._isolation:
+            self._isolating += 1
+        while True:
+            try:
+                item = inbox.get_nowait()
+            except _queue.Empty:
+                break
+            if item is None:  # a stop's sentinel (nothing follows it): leave it for a slot
+                inbox.put(None)
+                break
+            held.discard(item)
+            if not item.lost:
+                item._finished = True  # the heartbeat leaves it alone now
+                rec.handback(item.lease, index)
+            if not w._stopping:
+                state.idle_one()
+        assert self.acks is not None
+        self.acks.sync()
+
     def prefetch(self) -> int:
         """How many leases the batched loop may hold beyond its idle slots now."""
         w = self.worker
+        if self._isolating:
+            return 0
         if w.prefetch is not None:
             return w.prefetch
         average = self.average
@@ -228,11 +266,19 @@ class ThreadRunner:
                         if not w._stopping:
                             state.idle_one()
                         continue
+                    redelivered = job.lease.attempt > 1
+                    if redelivered:
+                        self.isolate(index, inbox, state)
                     began = perf()
-                    if plain:
-                        self.deferred(job, index, acks)
-                    else:
-                        self.one(job, index)
+                    try:
+                        if plain:
+                            self.deferred(job, index, acks)
+                        else:
+                            self.one(job, index)
+                    finally:
+                        if redelivered:
+                            with self._isolation:
+                                self._isolating -= 1
                     self.note_run_time(perf() - began)
                     if not w._stopping:
                         state.idle_one()
