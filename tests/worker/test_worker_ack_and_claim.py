@@ -127,6 +127,24 @@ def test_each_in_memory_twin_runs_its_own_fast_path(inmemory: Any, start: Any) -
     assert set(callers) == {"fast" if inmemory.name == "python" else "slot"}, callers
 
 
+def test_a_handler_in_c_still_lets_other_threads_in(inmemory: Any, start: Any) -> None:
+    """A handler that runs no Python code (a bound builtin here; a Cython
+    function in practice), on a stream that never runs dry: the fast path
+    still lets the other threads run (the pure loop through the
+    interpreter's switch interval, the compiled one by handing the GIL over
+    every 64 jobs), so a stop() from another thread ends the stream early
+    instead of once every message ran."""
+    t = inmemory.make()
+    n = 200_000
+    t.publish_many([(f"g{i % 100}", i) for i in range(n)])
+    w = Worker(t, collections.deque(maxlen=0).append, concurrency=1, visibility=30.0)
+    running = start(w, "threads")
+    wait_until(lambda: w.counts["started"] > 0, interval=0.001)
+    running.stop()
+    assert w.counts["succeeded"] < n
+    assert w.counts["succeeded"] + len(t) == n
+
+
 def test_a_transport_without_ack_and_claim_gets_ack_then_claim(backend: Any, start: Any) -> None:
     """A transport written before ack_and_claim: the worker acks, then claims."""
     t = backend.make()

@@ -20,7 +20,12 @@ built (a pure install, ``LEASEQUEUE_NO_EXTENSIONS=1``).
 Not part of the public API.
 """
 
-from cpython.ref cimport Py_REFCNT
+from cpython.dict cimport PyDict_GetItemWithError
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_REFCNT, Py_XDECREF
+
+import sys
+import types
 
 from leasequeue._errors import LeaseLost
 from leasequeue._serializers import EventDecodeError
@@ -39,6 +44,98 @@ cdef object _Job = Job
 cdef object _ACK = ACK
 cdef object _LeaseLost = LeaseLost
 cdef object _EventDecodeError = EventDecodeError
+#: Jobs between two GIL hand-overs (see ``run``).
+cdef unsigned int _SWITCH_EVERY = 64
+
+
+# ---------------------------------------------------------------- Job's slots
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+
+# The member type of a __slots__ entry (structmember.h's T_OBJECT_EX).
+cdef enum:
+    _T_OBJECT_EX = 16
+
+
+#: Whether reading an object's storage directly is safe here: CPython with
+#: the GIL (without it, another thread's write could free what we read).
+cdef bint _GIL = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+cdef Py_ssize_t _slot(str name) except -2:
+    """The offset of ``Job``'s slot ``name`` in its instances, or -1: read
+    and write it through ``getattr``/``setattr`` (not ``_GIL``; a ``Job``
+    that is not the plain class with ``__slots__``)."""
+    if not _GIL:
+        return -1
+    member = _Job.__dict__.get(name)
+    if type(member) is not types.MemberDescriptorType or getattr(member, "__objclass__", None) is not _Job:
+        return -1
+    cdef PyMemberDef *d = (<PyMemberDescrObject *> <PyObject *> member).d_member
+    if d.type != _T_OBJECT_EX or d.offset <= 0:
+        return -1
+    return d.offset
+
+
+# What ``job.lease``, ``job.lost``, ``job._acked``, ``job._finished`` cost as
+# attribute accesses (a type lookup and a descriptor call each: about a
+# fifth of this loop's instructions), as a read or write of the slot itself:
+# the member descriptor's own code, without the lookup.
+cdef Py_ssize_t _LEASE = _slot("lease")
+cdef Py_ssize_t _LOST = _slot("lost")
+cdef Py_ssize_t _ACKED = _slot("_acked")
+cdef Py_ssize_t _FINISHED = _slot("_finished")
+#: Whether the loop reads and writes the Job's slots directly.
+DIRECT_SLOTS = _LEASE > 0 and _LOST > 0 and _ACKED > 0 and _FINISHED > 0
+
+
+cdef inline object _get(object job, Py_ssize_t offset, str name):
+    """``job.<name>``: the slot at ``offset`` when it is known and set, else getattr."""
+    cdef PyObject *value
+    if offset > 0:
+        value = (<PyObject **> ((<char *> <PyObject *> job) + offset))[0]
+        if value is not NULL:
+            return <object> value
+    return getattr(job, name)  # unset: AttributeError, as the descriptor raises
+
+
+cdef dict _instance_dict(object w, str name):
+    """``w.__dict__`` when ``w.<name>`` is an entry of it (no class attribute
+    of that name can come first), else None: read it with getattr."""
+    if not _GIL or hasattr(type(w), name):
+        return None
+    d = getattr(w, "__dict__", None)
+    return d if type(d) is dict else None
+
+
+cdef inline object _entry(object w, dict d, str name):
+    """``w.<name>``, ``d`` being ``_instance_dict(w, name)``."""
+    cdef PyObject *value
+    if d is not None:
+        value = PyDict_GetItemWithError(d, name)  # an error (none for a str key) propagates
+        if value is not NULL:
+            return <object> value
+    return getattr(w, name)
+
+
+cdef inline int _set(object job, Py_ssize_t offset, str name, object value) except -1:
+    """``job.<name> = value``: the member descriptor's store, or setattr."""
+    cdef PyObject **slot
+    cdef PyObject *old
+    if offset > 0:
+        slot = <PyObject **> ((<char *> <PyObject *> job) + offset)
+        old = slot[0]
+        Py_INCREF(value)
+        slot[0] = <PyObject *> value
+        Py_XDECREF(old)
+        return 0
+    setattr(job, name, value)
+    return 0
 
 
 def run(object runner, object lease, Py_ssize_t index):
@@ -59,6 +156,9 @@ def run(object runner, object lease, Py_ssize_t index):
     cdef object observed = rec.observers
     cdef object job = None
     cdef object following
+    cdef unsigned int jobs = 0
+    # w._stopping, as an entry of the worker's __dict__ (the stop() of another thread sets it).
+    cdef dict wdict = _instance_dict(w, "_stopping")
     try:
         while lease.attempt <= max_attempts:
             if job is None or not _REUSE or Py_REFCNT(job) != 2:
@@ -67,8 +167,8 @@ def run(object runner, object lease, Py_ssize_t index):
             else:
                 # Nobody kept the last Job (its only references: this loop and
                 # the heartbeat's slot): reuse it for this delivery.
-                job.lease = lease
-                job._finished = False
+                _set(job, _LEASE, "lease", lease)
+                _set(job, _FINISHED, "_finished", False)
             if observed:
                 rec.emit(_O_STARTED, job, None, index)
             else:
@@ -78,15 +178,15 @@ def run(object runner, object lease, Py_ssize_t index):
             except BaseException as exc:
                 runner.run_job(job, exc, index)
                 return _NONE
-            job._finished = True
-            if job.lost:
+            _set(job, _FINISHED, "_finished", True)
+            if _get(job, _LOST, "lost"):
                 return _NONE
-            if job._acked or w._stopping:
+            if _get(job, _ACKED, "_acked") or _entry(w, wdict, "_stopping"):
                 rec.apply(job, _ACK, None, index)  # the handler's own ack, or ack alone at a stop
                 return _NONE
             try:
                 # One call (one commit on PostgreSQL): the ack and the next claim.
-                following = ack_and_claim(job.lease, wid, vis, floor)
+                following = ack_and_claim(_get(job, _LEASE, "lease"), wid, vis, floor)
             except _LeaseLost as exc:
                 rec.failed(job, exc)  # nothing acked, nothing claimed
                 return _NONE
@@ -102,9 +202,18 @@ def run(object runner, object lease, Py_ssize_t index):
                 rec.emit(_O_SUCCEEDED, job, None, index)
             else:
                 mine[_SUCCEEDED] += 1
-            if following is None or w._stopping:
+            if following is None or _entry(w, wdict, "_stopping"):
                 return following
             lease = following
+            jobs += 1
+            if jobs == _SWITCH_EVERY:
+                # The pure loop's interpreter lets a thread that waits for the
+                # GIL (the heartbeat, a stop()) take it every switch interval;
+                # with a handler in C (a Cython function, a bound builtin) this
+                # loop would never run Python code: offer it here.
+                jobs = 0
+                with nogil:
+                    pass
     finally:
         current[index] = None
     return runner.one(lease, index)
