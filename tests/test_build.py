@@ -248,6 +248,11 @@ def test_strict_wheel_holds_every_compiled_module(build_venv: BuildVenv) -> None
     """``LEASEQUEUE_REQUIRE_EXTENSIONS=1``: the wheel holds the three
     compiled modules and their Cython sources, and installed, the worker's
     thread runner runs the compiled fast path."""
+    # A source copy of its own: a build leaves compiled objects in its
+    # source (build/, the generated C) that would let a later build there
+    # skip the compiler.
+    source = build_venv.root / "strict-source"
+    copy_source_tree(source)
     out_dir = build_venv.root / "strictwheel"
     built = build_venv.pip(
         "wheel",
@@ -255,7 +260,7 @@ def test_strict_wheel_holds_every_compiled_module(build_venv: BuildVenv) -> None
         "--no-deps",
         "-w",
         str(out_dir),
-        str(build_venv.source),
+        str(source),
         env=clean_env(LEASEQUEUE_REQUIRE_EXTENSIONS="1"),
     )
     assert built.returncode == 0, built.stdout[-4000:]
