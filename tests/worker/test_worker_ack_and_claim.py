@@ -132,7 +132,7 @@ def test_a_handler_in_c_still_lets_other_threads_in(inmemory: Any, start: Any) -
     function in practice), on a stream that never runs dry: the fast path
     still lets the other threads run (the pure loop through the
     interpreter's switch interval, the compiled one by handing the GIL over
-    every 64 jobs), so a stop() from another thread ends the stream early
+    every 256 jobs), so a stop() from another thread ends the stream early
     instead of once every message ran."""
     t = inmemory.make()
     n = 200_000
