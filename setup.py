@@ -94,6 +94,12 @@ def extensions() -> list[Extension]:
             depends=headers,
             include_dirs=[inmemory],
         ),
+        # The thread runner's fast path loop in C (worker/runners/fastpath.py
+        # picks it; the pure ThreadRunner.fast where it was not built).
+        Extension(
+            "leasequeue.worker.runners._fastpath",
+            ["src/leasequeue/worker/runners/_fastpath.pyx"],
+        ),
     ]
     return cythonize(exts, compiler_directives=CYTHON_DIRECTIVES)
 

@@ -7,6 +7,9 @@
   pure twin and says so loudly in the build output; with
   ``LEASEQUEUE_REQUIRE_EXTENSIONS=1`` the same build fails.
 * ``LEASEQUEUE_NO_EXTENSIONS=1`` builds a pure ``py3-none-any`` wheel.
+* A strict wheel build holds every compiled module (the transport, the
+  bench's floor stub, the thread runner's fast path) and their sources, and
+  its install runs the compiled fast path; the pure install runs the pure one.
 
 The build tests need the source tree next to ``tests/`` (they are skipped
 where only the tests were copied, as when cibuildwheel tests an installed
@@ -46,6 +49,25 @@ needs_source_tree = pytest.mark.skipif(
 )
 needs_cc_toolchain = pytest.mark.skipif(
     sys.platform == "win32", reason="CC=false does not disable MSVC; the fallback path is exercised on POSIX"
+)
+
+
+#: Runs three jobs through a thread Worker in memory; prints which fast path
+#: ran them, their events and how many succeeded.
+WORKER_PROBE = (
+    "import leasequeue\n"
+    "from leasequeue.worker.runners import fastpath\n"
+    "t = leasequeue.InMemoryTransport()\n"
+    "for i in range(3):\n"
+    "    t.publish('g', i)\n"
+    "seen = []\n"
+    "def handler(job):\n"
+    "    seen.append(job.event)\n"
+    "    if len(seen) == 3:\n"
+    "        w.stop()\n"
+    "w = leasequeue.Worker(t, handler, signals=False)\n"
+    "w.run()\n"
+    "print('pure' if fastpath.COMPILED is None else 'compiled', seen, w.counts['succeeded'])\n"
 )
 
 
@@ -146,21 +168,26 @@ def test_strict_build_uses_the_extension() -> None:
     import leasequeue
     import leasequeue._backends.inmemory.transport_c as compiled
 
+    import leasequeue.worker.runners._fastpath as compiled_fast_path
+    from leasequeue.worker.runners import fastpath
+
     assert leasequeue.IMPLEMENTATION == "cython"
     assert leasequeue.InMemoryTransport is compiled.InMemoryTransport
-    # A compiled module, not a stray .py file.
-    assert Path(compiled.__file__ or "").suffix in (".so", ".pyd"), compiled.__file__
+    assert fastpath.COMPILED is compiled_fast_path.run  # the thread runner's loop in C
+    # Compiled modules, not stray .py files.
+    for module in (compiled, compiled_fast_path):
+        assert Path(module.__file__ or "").suffix in (".so", ".pyd"), module.__file__
 
 
 @pytest.mark.skipif(not sysconfig.get_config_var("Py_GIL_DISABLED"), reason="needs a free-threaded CPython")
 def test_free_threaded_import_keeps_the_gil_disabled() -> None:
-    """The extension is declared free-threading compatible: importing it must not re-enable the GIL."""
+    """The extensions are declared free-threading compatible: importing them must not re-enable the GIL."""
     if os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
         pytest.skip("the extension is disabled by LEASEQUEUE_NO_EXTENSIONS")
     code = (
         "import sys, warnings\n"
         "warnings.simplefilter('error')\n"
-        "import leasequeue._backends.inmemory.transport_c, leasequeue\n"
+        "import leasequeue._backends.inmemory.transport_c, leasequeue.worker.runners._fastpath, leasequeue\n"
         "print(leasequeue.IMPLEMENTATION, sys._is_gil_enabled())\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -209,6 +236,49 @@ def test_build_without_compiler_falls_back_loudly(build_venv: BuildVenv) -> None
     assert (implementation, no_extension, event, remaining) == ("python", "True", "e", "0")
     assert Path(location).resolve().is_relative_to(build_venv.root.resolve())
     assert not Path(location).resolve().is_relative_to(ROOT)
+    # The worker's thread runner runs its pure fast path there.
+    ran = build_venv.python_c(WORKER_PROBE)
+    assert ran.returncode == 0, ran.stdout
+    assert ran.stdout.split() == ["pure", "[0,", "1,", "2]", "3"], ran.stdout
+
+
+@pytest.mark.slow
+@needs_source_tree
+def test_strict_wheel_holds_every_compiled_module(build_venv: BuildVenv) -> None:
+    """``LEASEQUEUE_REQUIRE_EXTENSIONS=1``: the wheel holds the three
+    compiled modules and their Cython sources, and installed, the worker's
+    thread runner runs the compiled fast path."""
+    # A source copy of its own: a build leaves compiled objects in its
+    # source (build/, the generated C) that would let a later build there
+    # skip the compiler.
+    source = build_venv.root / "strict-source"
+    copy_source_tree(source)
+    out_dir = build_venv.root / "strictwheel"
+    built = build_venv.pip(
+        "wheel",
+        "--no-build-isolation",
+        "--no-deps",
+        "-w",
+        str(out_dir),
+        str(source),
+        env=clean_env(LEASEQUEUE_REQUIRE_EXTENSIONS="1"),
+    )
+    assert built.returncode == 0, built.stdout[-4000:]
+    wheels = list(out_dir.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    with zipfile.ZipFile(wheels[0]) as zf:
+        names = zf.namelist()
+    for module in ("_backends/inmemory/transport_c", "bench/_floor", "worker/runners/_fastpath"):
+        assert [n for n in names if n.startswith(f"leasequeue/{module}.") and n.endswith((".so", ".pyd"))], module
+        assert f"leasequeue/{module}.pyx" in names, module
+    assert "leasequeue/worker/runners/_fastpath.pyi" in names
+    build_venv.uninstall()
+    installed = build_venv.pip("install", "--no-deps", str(wheels[0]))
+    assert installed.returncode == 0, installed.stdout[-4000:]
+    ran = build_venv.python_c(WORKER_PROBE)
+    assert ran.returncode == 0, ran.stdout
+    assert ran.stdout.split() == ["compiled", "[0,", "1,", "2]", "3"], ran.stdout
+    build_venv.uninstall()
 
 
 @pytest.mark.slow

@@ -6,6 +6,13 @@ suite's PostgreSQL: the one server of this test process
 ``tests/postgres``): ``LEASEQUEUE_TEST_POSTGRES``'s, else a throwaway one.
 ``LEASEQUEUE_SKIP_POSTGRES=1`` skips the PostgreSQL variants on purpose
 (psycopg is then not imported at all).
+
+Each in-memory twin also brings its thread runner fast path, as an install
+does: ``python`` the pure ``ThreadRunner.fast`` (``fastpath.COMPILED`` set
+to ``None`` for the test), ``cython`` the compiled ``_fastpath`` (a failure,
+not a skip, where it was not built, unless ``LEASEQUEUE_NO_EXTENSIONS`` is
+set); so every test on ``backend`` or ``inmemory`` runs both fast paths.
+The durable backends run what the build has (the compiled one).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any, Callable, Iterator, List, Optional
 import pytest
 
 from leasequeue.testing._postgres_server import session_server
-from worker_helpers import Running, load_implementation
+from worker_helpers import Running, load_implementation, use_fast_path
 
 BACKENDS = ("python", "cython", "sqlite", "postgres")
 INMEMORY = ("python", "cython")
@@ -90,17 +97,28 @@ class Backend:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+def backend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+    if request.param in INMEMORY:
+        use_fast_path(request.param, monkeypatch)
     b = Backend(request.param, request, tmp_path)
     yield b
     b.close()
 
 
 @pytest.fixture(params=INMEMORY)
-def inmemory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+def inmemory(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+    use_fast_path(request.param, monkeypatch)
     b = Backend(request.param, request, tmp_path)
     yield b
     b.close()
+
+
+@pytest.fixture(params=INMEMORY)
+def fast_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both thread runner fast paths for a test on a durable backend
+    (``python``: the pure ``ThreadRunner.fast``; ``cython``: the compiled one)."""
+    use_fast_path(request.param, monkeypatch)
+    return str(request.param)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import sqlite3
+import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List
@@ -105,6 +106,43 @@ def test_the_fast_path_acks_and_claims_in_one_call(backend: Any, start: Any) -> 
     for g in range(3):
         assert [i for gid, i in seen if gid == f"g{g}"] == list(range(5))
     assert len(t) == 0 and t.stats().leased == 0
+
+
+def test_each_in_memory_twin_runs_its_own_fast_path(inmemory: Any, start: Any) -> None:
+    """The suite runs both fast paths, not one twice: with the pure twin the
+    handler is called from the pure loop (``ThreadRunner.fast``); with the
+    Cython twin from the compiled one, which has no Python frame (the frame
+    under the handler's is the slot's)."""
+    t = inmemory.make()
+    publish(t, 2, 3)
+    callers: List[str] = []
+    seen: List[Any] = []
+
+    def handler(job: Job) -> None:
+        callers.append(sys._getframe(1).f_code.co_name)
+        seen.append(job.event)
+
+    w = Worker(t, handler, concurrency=1, visibility=30.0)
+    run_all(w, start, seen, 6)
+    assert set(callers) == {"fast" if inmemory.name == "python" else "slot"}, callers
+
+
+def test_a_handler_in_c_still_lets_other_threads_in(inmemory: Any, start: Any) -> None:
+    """A handler that runs no Python code (a bound builtin here; a Cython
+    function in practice), on a stream that never runs dry: the fast path
+    still lets the other threads run (the pure loop through the
+    interpreter's switch interval, the compiled one by handing the GIL over
+    every 256 jobs), so a stop() from another thread ends the stream early
+    instead of once every message ran."""
+    t = inmemory.make()
+    n = 200_000
+    t.publish_many([(f"g{i % 100}", i) for i in range(n)])
+    w = Worker(t, collections.deque(maxlen=0).append, concurrency=1, visibility=30.0)
+    running = start(w, "threads")
+    wait_until(lambda: w.counts["started"] > 0, interval=0.001)
+    running.stop()
+    assert w.counts["succeeded"] < n
+    assert w.counts["succeeded"] + len(t) == n
 
 
 def test_a_transport_without_ack_and_claim_gets_ack_then_claim(backend: Any, start: Any) -> None:
@@ -202,7 +240,7 @@ def test_a_job_that_ends_after_stop_is_acked_alone(backend: Any, start: Any) -> 
 
 
 def test_an_undecodable_next_message_leaves_the_ack_counted_and_is_buried(sqlite_backend: Any, start: Any,
-                                                                          caplog: Any) -> None:
+                                                                          caplog: Any, fast_path: str) -> None:
     """The ack stood and the claim's message does not decode: the job counts
     as succeeded, and the undecodable message is a poison message (Part 5,
     "Operating it"): its group is buried with the decode error as the reason

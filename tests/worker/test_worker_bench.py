@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from leasequeue.__main__ import main
+from leasequeue.worker.runners import fastpath
 
 
 def test_the_worker_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -35,6 +36,11 @@ def test_the_worker_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     for name in names:
         assert memory[name]["jobs_per_s"] > 0 and math.isfinite(memory[name]["jobs_per_s"]), name
     assert memory["Worker, 1 thread"]["latency"]["n"] == 5
+    # Where the fast path was compiled, its pure-Python twin is measured beside it (the same run).
+    pure = memory.get("Worker, 1 thread, pure-Python fast path")
+    assert (pure is not None) == (fastpath.COMPILED is not None)
+    if pure is not None:
+        assert pure["jobs_per_s"] > 0 and math.isfinite(pure["jobs_per_s"])
     sqlite = report["results"]["sqlite"]
     if has_huey:
         assert sqlite["huey SqliteHuey + consumer (1 thread)"]["jobs_per_s"] > 0

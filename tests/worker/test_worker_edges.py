@@ -16,6 +16,7 @@ import pytest
 from worker_helpers import wait_until
 
 from leasequeue import Job, Retry, Worker
+from leasequeue.worker._job import REFCOUNT
 
 
 def _h(job: Job) -> None:
@@ -190,6 +191,32 @@ def test_async_handlers_that_never_await_still_share_the_loop(inmemory: Any, sta
     first = tasks[0]
     second = next((i for i, task in enumerate(tasks) if task != first), None)
     assert second is not None and second < 200, second
+
+
+@pytest.mark.skipif(REFCOUNT is None, reason="a Job is reused on CPython 3.9-3.13 with the GIL only")
+@pytest.mark.parametrize("hooks", [False, True])
+def test_a_job_nobody_kept_is_reused_by_the_thread_fast_path(inmemory: Any, start: Any, hooks: bool) -> None:
+    """Both thread fast paths (pure and compiled) run every delivery of an
+    uninterrupted stream with one ``Job``, when neither the handler nor a
+    hook keeps it (a new ``Job`` per delivery would alternate between two
+    addresses: the next one is made while the last one still exists)."""
+    t = inmemory.make()
+    for i in range(40):
+        t.publish(f"g{i % 4}", i)
+    ids: List[int] = []
+    events: List[int] = []
+
+    def handler(job: Job) -> None:
+        ids.append(id(job))
+        events.append(job.event)
+
+    w = Worker(t, handler, concurrency=1, visibility=10.0,
+               hooks={"succeeded": lambda job, error: None} if hooks else None)
+    running = start(w, "threads")
+    wait_until(lambda: w.counts["succeeded"] == 40)
+    running.stop()
+    assert sorted(events) == list(range(40))
+    assert len(set(ids)) == 1, len(set(ids))
 
 
 @pytest.mark.parametrize("runner", ["threads", "asyncio"])

@@ -29,6 +29,20 @@ def load_implementation(name: str) -> ModuleType:
         pytest.fail(f"the {name} implementation did not import: {exc!r}")
 
 
+def use_fast_path(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread runner's fast path of twin ``name`` for this test:
+    ``python`` the pure ``ThreadRunner.fast``, ``cython`` the compiled one
+    (it fails, not skips, unless disabled on purpose, as the twin does)."""
+    from leasequeue.worker.runners import fastpath
+
+    if name == "python":
+        monkeypatch.setattr(fastpath, "COMPILED", None)
+    elif fastpath.COMPILED is None:
+        if os.environ.get("LEASEQUEUE_NO_EXTENSIONS"):
+            pytest.skip("the compiled fast path disabled by LEASEQUEUE_NO_EXTENSIONS")
+        pytest.fail("the compiled fast path (leasequeue.worker.runners._fastpath) was not built")
+
+
 class Running:
     """A worker's run() or arun() on a background thread (no signal handlers there)."""
 

@@ -5,7 +5,9 @@ before the worker starts (throughput), then one job at a time to an idle
 worker (latency, publish -> handler start).
 
 * **in memory**: a bare ``claim``/``ack`` loop on ``InMemoryTransport`` (the
-  floor), ``leasequeue.Worker`` with 1, 4 and 16 threads and on asyncio;
+  floor), ``leasequeue.Worker`` with 1, 4 and 16 threads and on asyncio
+  (with 1 thread also on the pure-Python fast path, where the compiled one
+  was built);
   dramatiq's ``StubBroker`` with its ``Worker`` (8 threads, its default);
   huey's ``MemoryHuey`` with its consumer (1 thread, its default).
 * **SQLite**: ``Worker`` on ``SQLiteTransport`` against huey's
@@ -108,7 +110,22 @@ def lq_bare(n: int, groups: int) -> float:
 
 
 def lq_worker(make: Callable[[], Any], n: int, groups: int, concurrency: int, runner: str,
-              worker_cls: Any = None) -> float:
+              worker_cls: Any = None, pure_fast_path: bool = False) -> float:
+    """``pure_fast_path``: the thread runner runs its pure-Python fast path
+    (``ThreadRunner.fast``) even where the compiled one was built."""
+    from leasequeue.worker.runners import fastpath
+
+    compiled = fastpath.COMPILED
+    if pure_fast_path:
+        fastpath.COMPILED = None
+    try:
+        return _lq_worker(make, n, groups, concurrency, runner, worker_cls)
+    finally:
+        fastpath.COMPILED = compiled
+
+
+def _lq_worker(make: Callable[[], Any], n: int, groups: int, concurrency: int, runner: str,
+               worker_cls: Any = None) -> float:
     from leasequeue import Worker as this_worker
 
     Worker: Any = worker_cls if worker_cls is not None else this_worker  # --before: an earlier release's
@@ -515,6 +532,12 @@ def run(n: int, groups: int, rounds: int, samples: int, postgres: Optional[str],
         "Worker, asyncio x1": lambda: lq_worker(mem, n, groups, 1, "asyncio"),
         "Worker, asyncio x16": lambda: lq_worker(mem, n, groups, 16, "asyncio"),
     }
+    from leasequeue.worker.runners import fastpath
+
+    if fastpath.COMPILED is not None:
+        # The pure fast path beside the compiled one (a pure install runs it).
+        cases["Worker, 1 thread, pure-Python fast path"] = lambda: lq_worker(mem, n, groups, 1, "threads",
+                                                                             pure_fast_path=True)
     if before is not None:
         old = load_before(before)
         cases["before: Worker, 1 thread"] = lambda: lq_worker(mem, n, groups, 1, "threads", old)

@@ -46,6 +46,7 @@ from .._job import REFCOUNT, Job
 from .._lifecycle import install_signals, remove_signals
 from .._record import STARTED, SUCCEEDED
 from .._retry import ACK, RETURN, Action, Decision, Outcome
+from . import fastpath
 from .acks import AckBuffer, batches_acks
 
 if TYPE_CHECKING:
@@ -246,6 +247,7 @@ class ThreadRunner:
         acks = self.acks
         held = w.heartbeat.held
         perf = time.perf_counter
+        compiled = fastpath.COMPILED  # the fast path in C, or None: fast() below
         try:
             while True:
                 lease = inbox.get()
@@ -288,7 +290,10 @@ class ThreadRunner:
                     continue
                 while lease is not None:
                     if plain and ack_and_claim is not None:
-                        following = self.fast(lease, index)
+                        if compiled is not None:
+                            following = compiled(self, lease, index)
+                        else:
+                            following = self.fast(lease, index)
                     else:
                         following = self.one(lease, index)
                     if w._stopping:
@@ -315,7 +320,11 @@ class ThreadRunner:
         ``ack_and_claim``): run, then ack and claim the next in one call, and
         run that, on this slot, while every handler returns and the worker
         runs.  Anything else goes to the general path.  Returns the next
-        lease when the last ack claimed it, else ``_NONE``."""
+        lease when the last ack claimed it, else ``_NONE``.
+
+        The pure-Python loop: where ``_fastpath`` was built, the slots run
+        its compiled twin instead (:mod:`.fastpath`), which must stay the
+        same loop."""
         w = self.worker
         rec = w._recorder
         handler = w._call
