@@ -309,12 +309,14 @@ class AsyncRunner:
             return True
         return False
 
-    async def batch_task(self, job: Job) -> None:
-        """One task of the batched path: run ``job``, then the claimed jobs
-        waiting for a task, one after another, while the worker runs; it
-        ends when none waits (the claimer starts another when it claims)."""
+    async def batch_task(self) -> None:
+        """One task of the batched path: run the claimed jobs waiting in
+        ``ready``, one after another, while the worker runs; it ends when
+        none waits (the claimer starts another when it claims).  A job is
+        in ``ready`` or taken by a running task: a task cancelled before it
+        began leaves its job there, to be handed back."""
         try:
-            await self._batch_jobs(job)
+            await self._batch_jobs()
         finally:
             # Leave the slot now, not in a done callback: the claimer, running
             # before that callback, would leave its jobs waiting for this task.
@@ -323,7 +325,7 @@ class AsyncRunner:
             self._tasks.discard(task)
             self._freed()
 
-    async def _batch_jobs(self, job: Job) -> None:
+    async def _batch_jobs(self) -> None:
         w = self.worker
         acks = self.acks
         assert acks is not None
@@ -332,23 +334,8 @@ class AsyncRunner:
         plain = not w._awrapping
         wid = f"{w.worker_id}/a"
         perf = time.perf_counter
-        while True:
-            woke = False
-            if job.lost:
-                held.discard(job)  # lost while it waited (the heartbeat recorded it)
-            elif w._stopping:
-                ready.appendleft(job)  # claimed, never started: handed back with the rest
-                return
-            else:
-                began = perf()
-                if plain:
-                    await self.deferred(job, wid, acks)
-                else:
-                    await self.run_job(job, wid, acks=acks)
-                self.average = averaged(self.average, perf() - began)
-                woke = acks.pending == 1  # this job's ack woke the flusher
-            if not ready or w._stopping:
-                return
+        woke = False
+        while ready and not w._stopping:
             job = ready.popleft()
             if self._freed() or woke:
                 # Let the claimer or the flusher start now: a handler that never
@@ -358,6 +345,19 @@ class AsyncRunner:
                 except asyncio.CancelledError:
                     ready.appendleft(job)  # never started: handed back with the rest
                     raise
+            if job.lost:
+                held.discard(job)  # lost while it waited (the heartbeat recorded it)
+                continue
+            if w._stopping:
+                ready.appendleft(job)  # claimed, never started: handed back with the rest
+                return
+            began = perf()
+            if plain:
+                await self.deferred(job, wid, acks)
+            else:
+                await self.run_job(job, wid, acks=acks)
+            self.average = averaged(self.average, perf() - began)
+            woke = acks.pending == 1  # this job's ack woke the flusher
 
     async def deferred(self, job: Job, wid: str, acks: AsyncAckBuffer) -> None:
         """The batched path when no middleware wraps the handler: run one
@@ -388,21 +388,21 @@ class AsyncRunner:
         acks.add(job)
 
     def _start(self, loop: asyncio.AbstractEventLoop, leases: List[Any]) -> None:
-        """Claimed leases: a task for each while a slot is free, the rest wait
-        in ``ready``; all held by the heartbeat meanwhile."""
+        """Claimed leases: into ``ready``, held by the heartbeat while they
+        wait; a task for each while a slot is free (a task ends only when
+        ``ready`` is empty, so the running ones are busy)."""
         w = self.worker
         held = w.heartbeat.held
         tasks = self._tasks
-        n = w.concurrency
+        ready = self.ready
         for lease in leases:
             job = Job(w, lease)
             held.add(job)  # extended while it waits for a task
-            if len(tasks) < n:
-                task = loop.create_task(self.batch_task(job))
-                tasks.add(task)
-                task.add_done_callback(self._done)
-            else:
-                self.ready.append(job)
+            ready.append(job)
+        for _ in range(min(w.concurrency - len(tasks), len(leases))):
+            task = loop.create_task(self.batch_task())
+            tasks.add(task)
+            task.add_done_callback(self._done)
 
     def _done(self, task: "asyncio.Task[Any]") -> None:
         self._tasks.discard(task)  # batch_task left already, unless cancelled before it began
