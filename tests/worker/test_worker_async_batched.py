@@ -24,6 +24,7 @@ from worker_helpers import wait_until
 
 from leasequeue import Job, Middleware, Retry, Worker
 from leasequeue.worker.runners.async_acks import AsyncAckBuffer
+from leasequeue.worker.runners.prefetch import PREFETCH_WINDOW
 
 
 class AsyncExclusiveProbe:
@@ -317,3 +318,52 @@ def test_the_async_buffer_records_a_refused_ack_as_lost(durable: Any) -> None:
     assert w.counts["succeeded"] == 1 and w.counts["lost"] == 1
     assert lost == [(second.group_id, "LeaseLost")]
     assert not w.heartbeat.held and len(t) == 1 and t.peek(second.group_id, 1)
+
+
+def test_slow_handlers_are_not_prefetched_for(durable: Any, start: Any) -> None:
+    """The adaptive default with handlers slower than the window: the worker
+    never claims more than its one task's message."""
+    t = durable.make()
+    publish(t, 6, 1)
+    sizes = Sizes(t)
+
+    async def handler(job: Job) -> None:
+        await asyncio.sleep(PREFETCH_WINDOW * 2)
+
+    w = Worker(sizes, handler, concurrency=1, visibility=30.0)
+    running = start(w, "asyncio")
+    wait_until(lambda: w.counts["succeeded"] == 6, timeout=60)
+    running.stop()
+    assert sizes.asked and max(sizes.asked) == 1, sizes.asked
+    assert len(t) == 0
+
+
+def test_a_late_lost_lease_does_not_cancel_the_task_that_moved_on(backend: Any) -> None:
+    """The heartbeat finds a job lost just as its handler returned and its
+    task left it in the ack buffer to run another job: the cancel, already
+    on its way to the loop, must not reach that task (the other job would be
+    handed back for nothing).  The loop is held while the heartbeat's thread
+    records the loss, so the cancel arrives after the task moved on."""
+    t = backend.make()
+    t.publish("g0", "a")
+    w = Worker(t, lambda job: None, concurrency=2, visibility=30.0)
+    job = Job(w, t.claim("me", 30.0))
+
+    async def main() -> bool:
+        w._loop = asyncio.get_running_loop()
+        other = asyncio.ensure_future(asyncio.sleep(0.2))  # the task, now running another job
+        job._task = other
+        heartbeat = threading.Thread(target=w._recorder.lost, args=(job, RuntimeError("lease lost")))
+        heartbeat.start()
+        heartbeat.join()  # the loop is held: the cancel waits in its queue
+        job._task = None  # what the batched path does as it buffers the job
+        await asyncio.sleep(0.05)  # the cancel runs now
+        cancelled = other.cancelled()
+        other.cancel()
+        return cancelled
+
+    try:
+        assert asyncio.run(main()) is False
+    finally:
+        w._loop = None
+    assert job.lost and w.counts["lost"] == 1
