@@ -11,9 +11,10 @@ On a durable transport (``ack_many`` and ``claim_many``, ``batch`` above 1,
 several tasks or a prefetch; :func:`.acks.batches_acks`, as the thread
 runner) it batches instead: the claimer claims for every free task slot,
 plus the prefetch (:mod:`.prefetch`), with one ``claim_many``; a task
-whose handler returned leaves the ack in an :class:`.AsyncAckBuffer`,
-which a flusher task sends with one ``ack_many``, and runs the next
-claimed job, if one waits.  Two overlapping commits for a batch of jobs
+whose handler returned leaves the ack in an
+:class:`.async_acks.AsyncAckBuffer`, which a flusher task sends with one
+``ack_many``, and runs the next claimed job, if one waits (claimed jobs
+wait in ``ready``).  Two overlapping commits for a batch of jobs
 instead of one per job.  A claimed job waiting for a task (prefetched) and
 a job waiting for its ack are held by the heartbeat like a running one
 (its group stays leased: one job per group in flight, group order); at a
