@@ -148,7 +148,9 @@ class _Wrapped:
 def test_the_blocking_capability_decides_where_arun_calls_the_transport(inmemory: Any, start: Any,
                                                                         blocking: Any, on_loop: bool) -> None:
     """``blocking = False`` (declared by the in-memory twins): called on the
-    loop; ``True`` or not declared: on the worker's I/O pool."""
+    loop; ``True`` or not declared: on the worker's I/O pool.  ``prefetch=0``:
+    one task acking with ``ack_and_claim`` (a blocking transport with
+    ``ack_many`` otherwise batches: test_worker_async_batched.py)."""
     raw = inmemory.make()
     assert raw.blocking is False and type(raw).blocking is False
     t = _Wrapped(raw, blocking)
@@ -159,7 +161,7 @@ def test_the_blocking_capability_decides_where_arun_calls_the_transport(inmemory
     async def handler(job: Job) -> None:
         loop_threads.append(threading.current_thread().name)
 
-    w = Worker(t, handler, visibility=5.0, name="cap")
+    w = Worker(t, handler, visibility=5.0, name="cap", prefetch=0)
     running = start(w, "asyncio")
     wait_until(lambda: w.counts["succeeded"] == 3)
     running.stop()

@@ -201,7 +201,10 @@ class Recorder:
         loop = self.worker._loop
         if task is not None and not job._finished and loop is not None:
             def cancel() -> None:
-                if not job._finished:  # still in that job's handler (or its deferral)
+                # Still in that job's handler (or its deferral): not finished, and
+                # the task still runs it (a job whose ack waits in the asyncio
+                # runner's buffer is unfinished, and its task runs another job).
+                if not job._finished and job._task is task:
                     task.cancel()
 
             if _on(loop):

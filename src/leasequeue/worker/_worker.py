@@ -61,18 +61,18 @@ class Worker:
     ``middleware`` (:class:`~leasequeue.Middleware` instances, the first
     outermost), ``metrics`` (``True`` or a ``prometheus_client`` registry),
     ``batch`` (claim up to that many messages at once when several slots are
-    free; with several slots on a durable transport, ``run()`` also acks
-    finished jobs together, with one ``ack_many``, as soon as the last
-    flush returns; 1 disables both), ``prefetch`` (``run()`` on a durable
-    transport: how many messages the worker may claim beyond its idle slots,
-    to run as slots free up, held by the heartbeat and handed back
-    uncounted at a stop; ``None``, the default, adapts it to the handlers:
-    as many as the slots run in about 0.05 s at their average run time, up
-    to ``batch``, so a prefetched message waits about that long and slow
-    handlers prefetch nothing; ``0``: never; ignored in memory and by
-    ``arun()``), ``signals`` (``None``: on the main thread only;
-    ``True`` off the main thread warns at ``run()``: Python cannot install
-    them there).
+    free; with several slots on a durable transport, ``run()`` and
+    ``arun()`` also ack finished jobs together, with one ``ack_many``, as
+    soon as the last flush returns; 1 disables both), ``prefetch`` (on a
+    durable transport: how many messages the worker may claim beyond its
+    idle slots, to run as slots free up, held by the heartbeat and handed
+    back uncounted at a stop; ``None``, the default, adapts it to the
+    handlers: as many as the slots run in about 0.05 s at their average run
+    time, up to ``batch``, so a prefetched message waits about that long
+    and slow handlers prefetch nothing; ``0``: never, and one slot then
+    acks each job with ``ack_and_claim``; ignored in memory), ``signals``
+    (``None``: on the main thread only; ``True`` off the main thread warns
+    at ``run()``: Python cannot install them there).
 
     Honest attempts (docs/contract.md, Part 5): a failure's backoff is ``nack(lease,
     delay)`` (it counts), a handler's :class:`RetryLater` is

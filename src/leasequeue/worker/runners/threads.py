@@ -22,7 +22,8 @@ the heartbeat like running ones, and go back uncounted (``release``) at a
 stop.  ``prefetch=None`` adapts it to the handlers: as many as the slots
 finish in about ``PREFETCH_WINDOW`` seconds at their average run time (up
 to ``batch``), none until a first job ran, so that a prefetched message
-waits in a worker about that long, not behind a slow job.  The loop claims
+waits in a worker about that long, not behind a slow job (the rule is
+:mod:`.prefetch`'s, shared with the asyncio runner).  The loop claims
 again once half the prefetch is used (or a slot is idle): batches, not one
 claim per finished job.  A redelivered job (attempt > 1) runs alone
 (``isolate``): what waits is handed back and the buffered acks are sent
@@ -48,6 +49,7 @@ from .._record import STARTED, SUCCEEDED
 from .._retry import ACK, RETURN, Action, Decision, Outcome
 from . import fastpath
 from .acks import AckBuffer, batches_acks
+from .prefetch import PREFETCH_WINDOW, averaged, prefetch_now
 
 if TYPE_CHECKING:
     from .._worker import Worker
@@ -55,12 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["PREFETCH_WINDOW", "ThreadRunner"]
 
 _NONE = _steps.STOP  # "no next lease yet" (the ack did not claim one)
-
-#: ``prefetch=None``: how long, in seconds of the handlers' average run
-#: time, a prefetched message may wait in the worker for a slot.
-PREFETCH_WINDOW = 0.05
-#: The weight of the newest run time in the handlers' moving average.
-_AVERAGE_WEIGHT = 0.1
 
 
 class _SlotState:
@@ -124,8 +120,7 @@ class ThreadRunner:
 
     def note_run_time(self, took: float) -> None:
         """Fold one job's run time (seconds) into the handlers' moving average."""
-        average = self.average
-        self.average = took if average is None else average + (took - average) * _AVERAGE_WEIGHT
+        self.average = averaged(self.average, took)
 
     def isolate(self, index: int, inbox: "_queue.SimpleQueue[Any]", state: _SlotState) -> None:
         """Before a slot runs a redelivered job (attempt > 1: a retry, or a
@@ -160,17 +155,9 @@ class ThreadRunner:
 
     def prefetch(self) -> int:
         """How many leases the batched loop may hold beyond its idle slots now."""
-        w = self.worker
         if self._isolating:
             return 0
-        if w.prefetch is not None:
-            return w.prefetch
-        average = self.average
-        if average is None:
-            return 0
-        if average <= 0.0:
-            return w.batch
-        return min(w.batch, int(PREFETCH_WINDOW * w.concurrency / average))
+        return prefetch_now(self.worker, self.average)  # the rule both runners share
 
     # ------------------------------------------------------------ one job
 
