@@ -1,5 +1,6 @@
-"""The thread runner's ack buffer (a durable transport with ``ack_many``
-and ``claim_many``, several slots): a slot whose handler returned leaves
+"""The batched path's ack buffer (a durable transport with ``ack_many``
+and ``claim_many``, several slots or a prefetch; the asyncio runner's
+``AsyncAckBuffer`` is this with a flusher task): a slot whose handler returned leaves
 its job here and goes idle at once; a flusher thread acks everything left
 here with one ``ack_many`` (one commit), while the runner's loop claims for
 the idle slots with one ``claim_many``: the two commits overlap (the
@@ -19,7 +20,9 @@ message early (group order, one job per group in flight).  An ack refused
 makes the job ``lost``, as a single ack would; a failed ``ack_many`` (the
 database is down) makes every job in it lost (their leases will expire).
 At shutdown the runner stops the flusher after the last slot has finished;
-the flusher's last flush is before ``run()`` returns.
+the flusher's last flush is before ``run()`` returns.  ``sync()`` waits
+until everything buffered so far is acked (a slot about to run a
+redelivered job: see ``ThreadRunner.isolate``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ __all__ = ["AckBuffer", "batches_acks"]
 
 
 def batches_acks(worker: "Worker") -> bool:
-    """Whether the thread runner buffers acks for ``worker``: a blocking
+    """Whether the runners (threads and asyncio) batch for ``worker``: a blocking
     transport (the durable ones) with ``ack_many`` and ``claim_many``,
     ``batch`` above 1, and more than one slot or a prefetch that is not 0
     (``None``, adaptive, is not).  One slot with ``prefetch=0`` keeps

@@ -31,11 +31,20 @@ class AsyncAckBuffer(AckBuffer):
     """Jobs whose handler returned, waiting for their ack (the loop's tasks
     add, the flusher task takes)."""
 
-    __slots__ = ("_wake",)
+    __slots__ = ("_wake", "_flushed")
 
     def __init__(self, worker: "Worker") -> None:
         super().__init__(worker)
         self._wake = asyncio.Event()
+        self._flushed = asyncio.Event()  # set after each flush (sync waits for it)
+
+    async def sync(self) -> None:  # type: ignore[override]
+        """Wait until every job buffered so far is acked (or refused): the
+        buffer is empty and no flush is under way; at once when closing."""
+        while (self._jobs or self._flushing) and not self._closing:
+            self._flushed.clear()
+            self._wake.set()
+            await self._flushed.wait()
 
     def add(self, job: Job) -> None:
         """Leave ``job`` (its handler returned; unfinished, no longer tied to
@@ -61,9 +70,13 @@ class AsyncAckBuffer(AckBuffer):
                 await wake.wait()
                 continue
             jobs = self.take()  # on the loop: the jobs added from now on go into the next flush
+            self._flushing = True
             try:
                 await w._acall(self.flush, jobs)
             except asyncio.CancelledError:
                 raise  # a forced stop: the flush in progress ends on the pool; what is left expires
             except Exception:  # pragma: no cover - flush records the transport's errors itself
                 w.logger.exception("acking the buffered jobs failed")
+            finally:
+                self._flushing = False
+                self._flushed.set()

@@ -78,6 +78,8 @@ class AsyncRunner:
         self.low = 1
         self._tasks: Set["asyncio.Task[Any]"] = set()
         self._wakeup: Optional[asyncio.Event] = None
+        #: The batched path: redelivered jobs running now (``_isolate``): no prefetch meanwhile.
+        self._isolating = 0
 
     async def job_task(self, lease: Any) -> None:
         """One task: run the delivery, then the next it claims without waiting, and so on."""
@@ -291,6 +293,8 @@ class AsyncRunner:
 
     def prefetch(self) -> int:
         """How many leases the batched claimer may hold beyond its free task slots now."""
+        if self._isolating:
+            return 0
         return prefetch_now(self.worker, self.average)  # the rule both runners share
 
     def idle(self) -> int:
@@ -352,13 +356,32 @@ class AsyncRunner:
             if w._stopping:
                 ready.appendleft(job)  # claimed, never started: handed back with the rest
                 return
-            began = perf()
-            if plain:
-                await self.deferred(job, wid, acks)
-            else:
-                await self.run_job(job, wid, acks=acks)
+            redelivered = job.lease.attempt > 1
+            if redelivered:
+                self._isolating += 1
+            try:
+                if redelivered:
+                    await self._isolate(acks)
+                began = perf()
+                if plain:
+                    await self.deferred(job, wid, acks)
+                else:
+                    await self.run_job(job, wid, acks=acks)
+            finally:
+                if redelivered:
+                    self._isolating -= 1
             self.average = averaged(self.average, perf() - began)
             woke = acks.pending == 1  # this job's ack woke the flusher
+
+    async def _isolate(self, acks: AsyncAckBuffer) -> None:
+        """Before a task runs a redelivered job (attempt > 1: a retry, or a
+        delivery whose worker died), as the thread runner's ``isolate``:
+        hand back uncounted the jobs waiting in ``ready``, and wait until the
+        finished jobs' acks are sent, so that a job that kills the process
+        charges no neighbour an attempt and re-runs no finished job."""
+        await self._hand_back_ready()
+        self._freed()
+        await acks.sync()
 
     async def deferred(self, job: Job, wid: str, acks: AsyncAckBuffer) -> None:
         """The batched path when no middleware wraps the handler: run one
