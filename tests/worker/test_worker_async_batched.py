@@ -368,29 +368,3 @@ def test_a_late_lost_lease_does_not_cancel_the_task_that_moved_on(backend: Any) 
         w._loop = None
     assert job.lost and w.counts["lost"] == 1
 
-
-def test_a_redelivered_job_runs_alone(durable: Any, start: Any) -> None:
-    """As on threads (test_worker_prefetch.py): a message redelivered after
-    its worker died runs with nothing prefetched behind it and every
-    finished job acked, so a crash would charge no neighbour an attempt."""
-    t = durable.make()
-    t.publish("r", "redelivered")
-    dead = t.claim("died", 0.2)
-    assert dead is not None and dead.event == "redelivered"
-    for g in range(5):
-        t.publish(f"g{g}", f"ok{g}")
-    time.sleep(0.4)  # its lease has expired
-    seen: List[Any] = []
-
-    async def handler(job: Job) -> None:
-        seen.append((job.event, job.attempt, t.stats().leased))
-
-    w = Worker(t, handler, concurrency=1, visibility=30.0, prefetch=5)
-    running = start(w, "asyncio")
-    wait_until(lambda: w.counts["succeeded"] == 6, timeout=30)
-    running.stop()
-    assert sorted(e for e, _, _ in seen) == ["ok0", "ok1", "ok2", "ok3", "ok4", "redelivered"]
-    [(_, attempt, leased)] = [s for s in seen if s[0] == "redelivered"]
-    assert (attempt, leased) == (2, 1), seen  # alone: nothing prefetched, every finished job acked
-    assert all(a == 1 for e, a, _ in seen if e != "redelivered")  # given back uncounted
-    assert len(t) == 0 and t.stats().leased == 0

@@ -17,6 +17,7 @@ from typing import Any, List
 import pytest
 from test_worker_ack_and_claim import ExclusiveProbe, publish
 from test_worker_batched_acks import Sizes
+from test_worker_honest_attempts import as_runner
 from worker_helpers import wait_until
 
 from leasequeue import Job, Worker
@@ -265,12 +266,13 @@ def test_a_wrapping_middleware_sees_every_prefetched_job(durable: Any) -> None:
     assert len(t) == 0 and w.heartbeat.in_flight() == 0
 
 
-def test_a_redelivered_job_runs_with_nothing_prefetched_behind_it(durable: Any) -> None:
+@pytest.mark.parametrize("runner", ["threads", "asyncio"])
+def test_a_redelivered_job_runs_with_nothing_prefetched_behind_it(durable: Any, start: Any, runner: str) -> None:
     """A message whose earlier delivery's worker died (its lease expired:
     attempt 2) may crash this process too: before it runs, the worker hands
     back what it prefetched (uncounted) and sends the finished jobs' acks,
     so it holds that one lease alone, and a crash would charge no other
-    message an attempt or run a finished one again."""
+    message an attempt or run a finished one again.  Both runners."""
     t = durable.make()
     t.publish("r", "redelivered")
     dead = t.claim("died", 0.2)  # a worker that died holding it
@@ -280,15 +282,13 @@ def test_a_redelivered_job_runs_with_nothing_prefetched_behind_it(durable: Any) 
     time.sleep(0.4)  # its lease has expired
     seen: List[Any] = []
 
-    def handler(job: Job) -> None:
+    def body(job: Job) -> None:
         seen.append((job.event, job.attempt, t.stats().leased))
 
-    w = Worker(t, handler, concurrency=1, visibility=30.0, prefetch=5, signals=False)
-    th = threading.Thread(target=w.run)
-    th.start()
+    w = Worker(t, as_runner(body, runner), concurrency=1, visibility=30.0, prefetch=5)
+    running = start(w, runner)
     wait_until(lambda: w.counts["succeeded"] == 6, timeout=30)
-    w.stop()
-    th.join(30)
+    running.stop()
     assert sorted(e for e, _, _ in seen) == ["ok0", "ok1", "ok2", "ok3", "ok4", "redelivered"]
     [(_, attempt, leased)] = [s for s in seen if s[0] == "redelivered"]
     assert (attempt, leased) == (2, 1), seen  # alone: nothing prefetched, every finished job acked
