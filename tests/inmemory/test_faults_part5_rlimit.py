@@ -44,8 +44,11 @@ CASES = {
         if outcome == "crawl":
             print(outcome, len(done))
             sys.exit(0)
-        k = len(done)
-        assert done == list(range(1, k + 1))
+        # The MemoryError may come from this loop's own bookkeeping (growing
+        # ``done``, a new int) after a publish returned: the transport says how
+        # many went through, and ``done`` may lack the last of them.
+        k = len(a)
+        assert done == list(range(1, len(done) + 1)) and len(done) in (k, k - 1), (len(done), k)
         for i in range(k):
             b.publish("g%d" % (i % 1000), None, delay=5.0, key="k%d" % i)
         assert a.stats() == b.stats() and a.stats().scheduled == k
