@@ -135,7 +135,9 @@ def test_a_handler_in_c_still_lets_other_threads_in(inmemory: Any, start: Any) -
     every 256 jobs), so a stop() from another thread ends the stream early
     instead of once every message ran."""
     t = inmemory.make()
-    n = 200_000
+    # A stream long enough (about 0.3 s for the compiled loop) for the stop
+    # to get in on a loaded machine: 200,000 jobs once all ran first in CI.
+    n = 1_000_000
     t.publish_many([(f"g{i % 100}", i) for i in range(n)])
     w = Worker(t, collections.deque(maxlen=0).append, concurrency=1, visibility=30.0)
     running = start(w, "threads")
