@@ -132,8 +132,6 @@ class ThreadRunner:
         neighbours) and no finished job runs again; only the jobs running
         on other slots at that moment share its fate, as without prefetch."""
         w = self.worker
-        rec = w._recorder
-        held = w.heartbeat.held
         with self._isolation:
             self._isolating += 1
         while True:
@@ -144,14 +142,21 @@ class ThreadRunner:
             if item is None:  # a stop's sentinel (nothing follows it): leave it for a slot
                 inbox.put(None)
                 break
-            held.discard(item)
-            if not item.lost:
-                item._finished = True  # the heartbeat leaves it alone now
-                rec.handback(item.lease, index)
+            self.give_back(item, index)
             if not w._stopping:
                 state.idle_one()
         assert self.acks is not None
         self.acks.sync()
+
+    def give_back(self, job: Job, index: int = -1) -> None:
+        """A batched-path job that never started (a stop, an isolation, the
+        drain's leftovers): out of the heartbeat's hands, and handed back
+        uncounted unless its lease was found lost while it waited."""
+        w = self.worker
+        w.heartbeat.held.discard(job)
+        if not job.lost:
+            job._finished = True  # the heartbeat leaves it alone now
+            w._recorder.handback(job.lease, index)
 
     def prefetch(self) -> int:
         """How many leases the batched loop may hold beyond its idle slots now."""
@@ -249,9 +254,7 @@ class ThreadRunner:
                     held.discard(job)
                     if w._stopping or job.lost:
                         current[index] = None
-                        if not job.lost:
-                            job._finished = True  # the heartbeat leaves it alone now
-                            rec.handback(job.lease, index)
+                        self.give_back(job, index)
                         if not w._stopping:
                             state.idle_one()
                         continue
@@ -509,12 +512,8 @@ class ThreadRunner:
                     except _queue.Empty:
                         break
                     if isinstance(lease, Job):  # the batched path's
-                        w.heartbeat.held.discard(lease)
-                        if lease.lost:
-                            continue
-                        lease._finished = True
-                        lease = lease.lease
-                    if lease is not None:
+                        self.give_back(lease)
+                    elif lease is not None:
                         rec.handback(lease)
         finally:
             hb_done.set()
